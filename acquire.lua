@@ -1,0 +1,25 @@
+-- acquire.lua: take the lock KEYS[1] for the value ARGV[1] (token, and
+-- metadata) for ARGV[2] milliseconds. KEYS[2], when present, is the key's
+-- fencing counter.
+--
+-- Returns, as one integer:
+--   >= 0       the lock is ours; the number is the fence (0 without KEYS[2]);
+--   -2 - PTTL  someone else holds it for PTTL more milliseconds
+--              (so -1 means held with no expiry).
+local v = redis.call('GET', KEYS[1])
+if v == false then
+  -- Increment first: if the counter cannot be incremented (wrong type),
+  -- the script fails before it has written anything.
+  local fence = 0
+  if KEYS[2] then fence = redis.call('INCR', KEYS[2]) end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return fence
+end
+if v == ARGV[1] then
+  -- Our own attempt again (a retry after a lost reply): it succeeded the
+  -- first time, so succeed again with the fence it was given.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if KEYS[2] then return tonumber(redis.call('GET', KEYS[2]) or '0') end
+  return 0
+end
+return -2 - redis.call('PTTL', KEYS[1])

@@ -1,0 +1,137 @@
+package padlock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// env is one Redis a test runs against: miniredis in-process, or a real
+// redis-server that the test started.
+type env struct {
+	rdb *redis.Client        // what padlock is given
+	raw *redis.Client        // a second client, to look at and change Redis behind padlock's back
+	mr  *miniredis.Miniredis // set on miniredis
+	srv *redistest.Server    // set on real Redis
+	n   *counter             // counts the commands rdb sends
+	c   *padlock.Client      // New(rdb)
+	ctx context.Context      // the test's context
+	t   testing.TB           //
+	key string               // a key of the test's own
+}
+
+func newMini(t testing.TB, opts ...padlock.Option) *env {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	return newEnv(t, mr.Addr(), mr, nil, opts)
+}
+
+func newReal(t testing.TB, sopts []redistest.Option, opts ...padlock.Option) *env {
+	t.Helper()
+	srv := redistest.Start(t, sopts...)
+	return newEnv(t, srv.Addr(), nil, srv, opts)
+}
+
+func newEnv(t testing.TB, addr string, mr *miniredis.Miniredis, srv *redistest.Server, opts []padlock.Option) *env {
+	e := &env{mr: mr, srv: srv, n: &counter{}, t: t, ctx: t.Context()}
+	e.rdb = redis.NewClient(&redis.Options{Addr: addr})
+	e.raw = redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() {
+		_ = e.rdb.Close()
+		_ = e.raw.Close()
+	})
+	e.rdb.AddHook(e.n)
+	e.c = padlock.New(e.rdb, opts...)
+	e.key = "lock:" + t.Name()
+	return e
+}
+
+// both runs f against miniredis and against a real redis-server.
+func both(t *testing.T, f func(t *testing.T, e *env), opts ...padlock.Option) {
+	t.Run("miniredis", func(t *testing.T) { f(t, newMini(t, opts...)) })
+	t.Run("redis", func(t *testing.T) { f(t, newReal(t, nil, opts...)) })
+}
+
+// get returns the value of key in Redis, or "" if there is none.
+func (e *env) get(key string) string {
+	v, err := e.raw.Get(context.Background(), key).Result()
+	if err == redis.Nil {
+		return ""
+	}
+	if err != nil {
+		e.t.Fatalf("GET %s: %v", key, err)
+	}
+	return v
+}
+
+// pttl returns the PTTL of key, as Redis reports it.
+func (e *env) pttl(key string) time.Duration {
+	d, err := e.raw.PTTL(context.Background(), key).Result()
+	if err != nil {
+		e.t.Fatalf("PTTL %s: %v", key, err)
+	}
+	return d
+}
+
+// counter is a go-redis hook that counts round trips (a pipeline is one)
+// and the commands sent.
+type counter struct {
+	mu    sync.Mutex
+	trips int
+	cmds  []string
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.mu.Lock()
+		c.trips++
+		c.cmds = append(c.cmds, cmd.Name())
+		c.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.mu.Lock()
+		c.trips++
+		for _, cmd := range cmds {
+			c.cmds = append(c.cmds, cmd.Name())
+		}
+		c.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// reset zeroes the counts and returns what they were.
+func (c *counter) reset() (trips int, cmds []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	trips, cmds = c.trips, c.cmds
+	c.trips, c.cmds = 0, nil
+	return trips, cmds
+}
+
+// waitDone waits for ctx to be done, failing the test after limit.
+func waitDone(t testing.TB, ctx context.Context, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(limit):
+		t.Fatalf("context not done after %v", limit)
+	}
+}

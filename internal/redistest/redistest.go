@@ -1,0 +1,309 @@
+// Package redistest starts real redis-server processes for tests, on free
+// loopback ports, and stops them when the test ends. It only ever signals
+// the processes it started.
+//
+// When redis-server is not on PATH, Start skips the test, or fails it if the
+// environment variable PADLOCK_REDIS is "required" (as in CI).
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// startTimeout bounds how long a server may take to answer PING.
+const startTimeout = 10 * time.Second
+
+// An Option changes how Start configures a server.
+type Option func(*config)
+
+type config struct {
+	args []string
+}
+
+// WithAOF turns on the append-only file with appendfsync always, so that
+// every write is on disk before Redis answers and survives kill -9.
+func WithAOF() Option {
+	return func(c *config) {
+		c.args = append(c.args, "--appendonly", "yes", "--appendfsync", "always")
+	}
+}
+
+// WithArgs passes extra redis-server arguments, such as
+// "--cluster-enabled", "yes".
+func WithArgs(args ...string) Option {
+	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// A Server is one redis-server process started by Start.
+type Server struct {
+	t    testing.TB
+	dir  string
+	args []string
+	port int
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+	paused bool
+}
+
+// Required reports whether tests must run against real Redis rather than
+// skip (PADLOCK_REDIS=required).
+func Required() bool { return os.Getenv("PADLOCK_REDIS") == "required" }
+
+// Available reports whether redis-server is on PATH. When it is not, it
+// fails t if Required, and skips it otherwise.
+func Available(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if Required() {
+			t.Fatalf("PADLOCK_REDIS=required but redis-server is not on PATH: %v", err)
+		}
+		t.Skip("redis-server not on PATH; set PADLOCK_REDIS=required to fail instead")
+	}
+}
+
+// Start starts a redis-server on a free 127.0.0.1 port, with persistence
+// off unless an Option turns it on, and waits until it answers PING. The
+// server is killed when the test ends.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	Available(t)
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	s := &Server{t: t, dir: t.TempDir(), args: c.args}
+	t.Cleanup(s.cleanup)
+	var err error
+	for try := 0; try < 5; try++ {
+		if s.port, err = freePort(); err != nil {
+			continue
+		}
+		if err = s.start(); err == nil {
+			return s
+		}
+	}
+	t.Fatalf("redistest: start redis-server: %v", err)
+	return nil
+}
+
+// freePort asks the kernel for a free loopback port. Another process may
+// take it before redis-server binds it; Start then tries another.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Addr returns the server's host:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// Port returns the server's port.
+func (s *Server) Port() int { return s.port }
+
+// Dir returns the server's working directory (where its AOF lives).
+func (s *Server) Dir() string { return s.dir }
+
+// Client returns a go-redis client for the server with its default
+// options, closed when the test ends.
+func (s *Server) Client() *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	s.t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func (s *Server) start() error {
+	args := append([]string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--dir", s.dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--protected-mode", "no",
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+	}, s.args...)
+	cmd := exec.Command("redis-server", args...)
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.mu.Lock()
+	s.cmd, s.exited, s.paused = cmd, exited, false
+	s.mu.Unlock()
+
+	deadline := time.Now().Add(startTimeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server on port %d exited: %s", s.port, s.logTail())
+		default:
+		}
+		if ping(s.Addr()) == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.kill()
+	return fmt.Errorf("redis-server on port %d did not answer PING within %v: %s", s.port, startTimeout, s.logTail())
+}
+
+// ping sends PING over a raw connection and checks for PONG. A server that
+// is still loading its data answers -LOADING, which is not ready.
+func ping(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return errors.New(strings.TrimSpace(line))
+	}
+	return nil
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// signal sends sig to the server if it is running.
+func (s *Server) signal(sig syscall.Signal) (exited chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return nil
+	}
+	select {
+	case <-s.exited:
+		return nil
+	default:
+	}
+	_ = s.cmd.Process.Signal(sig)
+	return s.exited
+}
+
+// Stop shuts the server down with SIGTERM (Redis then writes and syncs its
+// AOF, if on) and waits for it to exit. Connections are refused until
+// Restart.
+func (s *Server) Stop() {
+	s.t.Helper()
+	s.Resume()
+	if exited := s.signal(syscall.SIGTERM); exited != nil {
+		select {
+		case <-exited:
+		case <-time.After(startTimeout):
+			s.kill()
+		}
+	}
+}
+
+// Kill ends the server with SIGKILL, as a crash would, and waits for it.
+func (s *Server) Kill() { s.kill() }
+
+func (s *Server) kill() {
+	if exited := s.signal(syscall.SIGKILL); exited != nil {
+		<-exited
+	}
+}
+
+// Pause stops the server with SIGSTOP: connections stay open and nothing
+// answers until Resume.
+func (s *Server) Pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && !s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+		s.paused = true
+	}
+}
+
+// Resume continues a paused server.
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		s.paused = false
+	}
+}
+
+// Restart stops the server (if it runs) and starts it again on the same
+// port and directory: without persistence it comes back empty.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	var err error
+	for try := 0; try < 20; try++ {
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // the port may be in TIME_WAIT
+	}
+	s.t.Fatalf("redistest: restart redis-server: %v", err)
+}
+
+func (s *Server) cleanup() {
+	s.Resume()
+	s.kill()
+}
+
+// StartCluster starts a one-node Redis Cluster: a server in cluster mode
+// that owns all 16384 slots. It checks slots as a bigger cluster does (a
+// script's keys must share one slot), and go-redis's ClusterClient talks to
+// it as to any cluster.
+func StartCluster(t testing.TB) *Server {
+	t.Helper()
+	s := Start(t, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"))
+	rdb := s.Client()
+	ctx := context.Background()
+	if err := rdb.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE: %v", err)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		info, err := rdb.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: cluster not ok after %v: %v %s", startTimeout, err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

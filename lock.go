@@ -1,0 +1,494 @@
+package padlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// cleanupTimeout bounds the round trips padlock makes on a caller's behalf
+// after the caller's own context may have ended: undoing an acquire whose
+// outcome is unknown, and releasing the lock at the end of Do.
+const cleanupTimeout = 2 * time.Second
+
+// A Client takes locks in one Redis deployment. It is safe for concurrent
+// use, holds no state of its own beyond its defaults, and starts no
+// goroutine.
+type Client struct {
+	rdb  redis.UniversalClient
+	opts options
+	// wait sleeps for d, or until ctx ends (returning its error). It is the
+	// seam where release notifications will wake a waiter early.
+	wait func(ctx context.Context, key string, d time.Duration) error
+}
+
+// New returns a Client that takes locks through rdb: a *redis.Client, a
+// *redis.ClusterClient, a *redis.Ring or a failover client. The options set
+// the Client's defaults; options passed to a single call override them.
+//
+// New does not contact Redis and starts no goroutine. A nil rdb is not a
+// panic: every call on the returned Client fails with ErrInvalid.
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	c := &Client{opts: defaultOptions().with(opts), wait: sleep}
+	if !isNil(rdb) {
+		c.rdb = rdb
+	}
+	return c
+}
+
+func isNil(rdb redis.UniversalClient) bool {
+	if rdb == nil {
+		return true
+	}
+	v := reflect.ValueOf(rdb)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// TryAcquire makes one attempt to take the lock key for ttl, in one round
+// trip. It does not wait.
+//
+// On success it returns the Lock, which the caller must Release (or let
+// expire). If another holder has the lock, it returns an error that matches
+// ErrNotAcquired. Bad input returns ErrInvalid without touching Redis; a
+// Redis or context error is returned wrapped, never as ErrNotAcquired. A
+// failed call never leaves the lock held: when the outcome of the attempt is
+// unknown (a lost reply), TryAcquire deletes what it may have taken before
+// returning.
+//
+// ttl is rounded up to whole milliseconds, the resolution Redis keeps.
+func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	l, _, err := c.newLock(ctx, key, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("padlock: acquire %q: %w", key, err)
+	}
+	if _, err := c.attempt(ctx, l); err != nil {
+		if errors.Is(err, ErrNotAcquired) {
+			return nil, fmt.Errorf("%w: %q is held", ErrNotAcquired, key)
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+// Acquire takes the lock key for ttl, waiting while someone else holds it,
+// until it succeeds or ctx is done. It blocks.
+//
+// It does not poll in a tight loop: after a failed attempt it sleeps for the
+// client's backoff, but never past the moment the holder's lock expires. The
+// same token is used for every attempt, so an attempt whose reply was lost
+// and is tried again finds its own lock and succeeds.
+//
+// On success it returns the Lock. When ctx ends while it waits for another
+// holder, it returns an error that matches both ErrNotAcquired and
+// ctx.Err(). Bad input returns ErrInvalid; a Redis error (or ctx ending
+// before any attempt found the lock held) ends the call at once and is
+// returned wrapped, never as ErrNotAcquired: an outage is not contention. A
+// failed call never leaves the lock held.
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	l, o, err := c.newLock(ctx, key, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	held := false // whether an attempt found the lock held: only then is it contention
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			if held {
+				return nil, notAcquired(ctx, key)
+			}
+			return nil, fmt.Errorf("padlock: acquire %q: %w", key, err)
+		}
+		pttl, err := c.attempt(ctx, l)
+		switch {
+		case err == nil:
+			return l, nil
+		case held && ctx.Err() != nil:
+			return nil, notAcquired(ctx, key)
+		case !errors.Is(err, ErrNotAcquired):
+			return nil, err
+		}
+		held = true
+		if err := c.wait(ctx, key, waitTime(o.backoff, attempt, pttl)); err != nil {
+			return nil, notAcquired(ctx, key)
+		}
+	}
+}
+
+// notAcquired is Acquire's error when ctx ended first: it matches
+// ErrNotAcquired, ctx.Err() and, if ctx has one, its cause.
+func notAcquired(ctx context.Context, key string) error {
+	err := fmt.Errorf("%w: %q still held when the wait ended: %w", ErrNotAcquired, key, ctx.Err())
+	if cause := context.Cause(ctx); cause != ctx.Err() {
+		err = errors.Join(err, cause)
+	}
+	return err
+}
+
+// newLock checks the arguments of an acquire call and builds the Lock it
+// would return, with a fresh token. It makes no round trip.
+func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opts []Option) (*Lock, options, error) {
+	o := c.defaults().with(opts)
+	ttl, err := c.check(ctx, key, ttl)
+	if err != nil {
+		return nil, o, err
+	}
+	keys := []string{key}
+	if o.fencing {
+		fk, err := fenceKey(key)
+		if err != nil {
+			return nil, o, err
+		}
+		keys = append(keys, fk)
+	}
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return nil, o, fmt.Errorf("padlock: token: %w", err)
+	}
+	l := &Lock{
+		c:        c,
+		key:      key,
+		token:    id.String(),
+		metadata: o.metadata,
+		keys:     keys,
+		ttl:      ttl,
+	}
+	l.value = l.token
+	if o.metadata != "" {
+		l.value = l.token + " " + o.metadata
+	}
+	return l, o, nil
+}
+
+func (c *Client) defaults() options {
+	if c == nil {
+		return defaultOptions()
+	}
+	return c.opts
+}
+
+// check validates the arguments every call shares and returns ttl rounded
+// up to whole milliseconds.
+func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time.Duration, error) {
+	switch {
+	case c == nil || c.rdb == nil:
+		return 0, fmt.Errorf("%w: nil redis client", ErrInvalid)
+	case ctx == nil:
+		return 0, fmt.Errorf("%w: nil context", ErrInvalid)
+	case key == "":
+		return 0, fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	return roundTTL(ttl)
+}
+
+func roundTTL(ttl time.Duration) (time.Duration, error) {
+	if ttl < time.Millisecond {
+		return 0, fmt.Errorf("%w: ttl %v is under 1ms", ErrInvalid, ttl)
+	}
+	if r := ttl % time.Millisecond; r != 0 {
+		ttl += time.Millisecond - r
+	}
+	return ttl, nil
+}
+
+// fenceKey names the fencing counter of key so that it lives in the same
+// Redis Cluster slot: "key:fence" when key has a hash tag, "{key}:fence"
+// otherwise. A key with a '}' but no hash tag hashes whole, and no other
+// key can be made to share its slot, so it cannot be fenced.
+func fenceKey(key string) (string, error) {
+	if hasHashTag(key) {
+		return key + ":fence", nil
+	}
+	if strings.IndexByte(key, '}') >= 0 {
+		return "", fmt.Errorf("%w: fencing needs a key without '}' or with a hash tag, got %q", ErrInvalid, key)
+	}
+	return "{" + key + "}:fence", nil
+}
+
+// hasHashTag reports whether Redis Cluster hashes only part of key: the
+// part between the first '{' and the first '}' after it, if not empty.
+func hasHashTag(key string) bool {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return false
+	}
+	return strings.IndexByte(key[open+1:], '}') > 0
+}
+
+// attempt runs the acquire script once for l. On success it records the
+// fence and the send time in l and returns nil. When someone else holds the
+// lock it returns ErrNotAcquired and the holder's remaining ttl (negative
+// if unknown). Any other error is wrapped; if the script may have run, the
+// lock is released again before attempt returns.
+func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
+	sent := time.Now()
+	n, err := acquireScript.Run(ctx, c.rdb, l.keys, l.value, l.ttl.Milliseconds()).Int64()
+	if err != nil {
+		if mayHaveRun(err) {
+			l.cleanup(ctx)
+		}
+		return 0, fmt.Errorf("padlock: acquire %q: %w", l.key, err)
+	}
+	if n < 0 {
+		return time.Duration(-2-n) * time.Millisecond, ErrNotAcquired
+	}
+	l.mu.Lock()
+	l.fence = n
+	l.sent = sent
+	l.mu.Unlock()
+	return 0, nil
+}
+
+// mayHaveRun reports whether a script call that failed with err may still
+// have run in Redis: not if Redis answered with an error (padlock's scripts
+// fail before their first write, if at all), nor if no connection could be
+// made; otherwise (a timeout, a lost reply, a cancelled context) it may.
+func mayHaveRun(err error) bool {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return false
+	}
+	var nerr *net.OpError
+	return !errors.As(err, &nerr) || nerr.Op != "dial"
+}
+
+// A Lock is a lock taken in Redis by TryAcquire or Acquire. Its methods are
+// safe for concurrent use. The zero Lock, or a nil *Lock, holds nothing:
+// its methods return ErrInvalid.
+type Lock struct {
+	c        *Client
+	key      string
+	token    string
+	value    string   // what the key holds: the token, then " " and metadata if any
+	metadata string   //
+	keys     []string // the key, then its fence key when fenced (acquire only)
+
+	// extendMu serializes Extend round trips, the caller's and the
+	// renewer's, so the local deadline follows the last one Redis ran.
+	extendMu sync.Mutex
+
+	mu       sync.Mutex
+	fence    int64
+	ttl      time.Duration // the ttl of the last successful acquire or extend
+	sent     time.Time     // when that acquire or extend was sent (monotonic)
+	released bool          // Release succeeded, or found the lock not held
+	noRenew  bool          // Release was called: no keep-alive may start
+	lost     error         // why the lock was lost, once it was
+	renewer  *renewer      // the running keep-alive, if any
+	regs     map[*keepAlive]struct{}
+}
+
+// Key returns the Redis key of the lock, as given to TryAcquire or Acquire.
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
+
+// Token returns the lock's random token: 128 bits from crypto/rand, as a
+// UUIDv4 string. Only the holder of the token can release or extend the
+// lock.
+func (l *Lock) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
+
+// Metadata returns the string stored with the lock by WithMetadata, or "".
+func (l *Lock) Metadata() string {
+	if l == nil {
+		return ""
+	}
+	return l.metadata
+}
+
+// Fence returns the lock's fencing token: with WithFencing, a number > 0
+// that is strictly greater than that of every earlier holder of the key;
+// without it, 0. Pass it with every write the lock protects, and have the
+// storage reject a write whose fence is lower than one it has seen.
+func (l *Lock) Fence() int64 {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fence
+}
+
+// Deadline returns the local estimate of when the lock expires in Redis:
+// the time the last successful acquire or extend was sent, plus its ttl,
+// minus a margin for clock drift (1% of the ttl plus 2ms). It is measured
+// on the monotonic clock, and is never later than the real expiry while
+// clocks drift less than the margin. It does not contact Redis.
+func (l *Lock) Deadline() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline()
+}
+
+// deadline is Deadline with l.mu held.
+func (l *Lock) deadline() time.Time {
+	return l.sent.Add(l.ttl - drift(l.ttl))
+}
+
+// drift is the safety margin taken off a ttl for the local deadline.
+func drift(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}
+
+// usable returns ErrInvalid for a nil or zero Lock, or a nil ctx.
+func (l *Lock) usable(ctx context.Context) error {
+	switch {
+	case l == nil || l.c == nil:
+		return fmt.Errorf("%w: nil or zero Lock", ErrInvalid)
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalid)
+	}
+	return nil
+}
+
+func (l *Lock) notHeld() error {
+	return fmt.Errorf("%w: %q", ErrNotHeld, l.key)
+}
+
+// Release deletes the lock in Redis if it is still ours, in one round trip,
+// and stops any KeepAlive of the lock first (waiting for it to exit). It
+// blocks until Redis answers or ctx is done.
+//
+// It returns nil if the lock was ours and is now deleted, and an error that
+// matches ErrNotHeld if it was not ours any more (expired, deleted or taken
+// by someone else; another holder's lock is never touched), including on a
+// second Release. A Redis error is returned wrapped; the lock may then
+// still be held until its ttl runs out, and Release may be called again.
+func (l *Lock) Release(ctx context.Context) error {
+	if err := l.usable(ctx); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.noRenew = true
+	released := l.released
+	r := l.stopKeepAlives(context.Canceled)
+	l.mu.Unlock()
+	r.wait()
+	if released {
+		return l.notHeld()
+	}
+	n, err := releaseScript.Run(ctx, l.c.rdb, l.keys[:1], l.value).Int64()
+	if err != nil {
+		return fmt.Errorf("padlock: release %q: %w", l.key, err)
+	}
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+	if n == 0 {
+		return l.notHeld()
+	}
+	return nil
+}
+
+// cleanup releases l after an acquire attempt whose outcome is unknown, on
+// a context of its own so that it runs even when ctx has ended. Its error
+// is dropped: if Redis cannot be reached now, the ttl frees the lock.
+func (l *Lock) cleanup(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_ = releaseScript.Run(ctx, l.c.rdb, l.keys[:1], l.value).Err()
+}
+
+// Extend sets the lock to expire ttl from now, if it is still ours, in one
+// round trip. It blocks until Redis answers or ctx is done. A later
+// KeepAlive renews with this ttl.
+//
+// It returns an error that matches ErrNotHeld, and changes nothing, if the
+// lock is not ours any more: it never brings back an expired lock. Any
+// KeepAlive of the lock then ends with ErrLost. ttl under 1ms returns
+// ErrInvalid; other ttls are rounded up to whole milliseconds. A Redis error
+// is returned wrapped.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if err := l.usable(ctx); err != nil {
+		return err
+	}
+	ttl, err := roundTTL(ttl)
+	if err != nil {
+		return err
+	}
+	if l.isReleased() {
+		return l.notHeld()
+	}
+	ok, err := l.extend(ctx, ttl)
+	switch {
+	case err != nil:
+		return fmt.Errorf("padlock: extend %q: %w", l.key, err)
+	case !ok:
+		l.lose(fmt.Errorf("%w: %q: extend found it no longer ours", ErrLost, l.key))
+		return l.notHeld()
+	}
+	return nil
+}
+
+// extend runs the extend script and, on success, moves the local deadline.
+// It reports whether the lock was still ours.
+func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
+	l.extendMu.Lock()
+	defer l.extendMu.Unlock()
+	sent := time.Now()
+	n, err := extendScript.Run(ctx, l.c.rdb, l.keys[:1], l.value, ttl.Milliseconds()).Int64()
+	if err != nil || n == 0 {
+		return false, err
+	}
+	l.mu.Lock()
+	l.sent, l.ttl = sent, ttl
+	if r := l.renewer; r != nil {
+		r.moved(l.deadline())
+	}
+	l.mu.Unlock()
+	return true, nil
+}
+
+func (l *Lock) isReleased() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.released
+}
+
+// TTL returns how long the lock has left in Redis, in one round trip. It
+// blocks until Redis answers or ctx is done.
+//
+// It returns an error that matches ErrNotHeld if the lock is not ours any
+// more (any KeepAlive of the lock then ends with ErrLost), and a wrapped
+// Redis error if Redis cannot answer. If someone removed the lock's expiry
+// in Redis (PERSIST), it returns a negative duration and no error.
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if err := l.usable(ctx); err != nil {
+		return 0, err
+	}
+	if l.isReleased() {
+		return 0, l.notHeld()
+	}
+	n, err := pttlScript.Run(ctx, l.c.rdb, l.keys[:1], l.value).Int64()
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("padlock: ttl %q: %w", l.key, err)
+	case n == -3:
+		l.lose(fmt.Errorf("%w: %q: ttl found it no longer ours", ErrLost, l.key))
+		return 0, l.notHeld()
+	case n < 0:
+		// Ours, but someone removed its expiry.
+		return -1, nil
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}

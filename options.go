@@ -1,0 +1,72 @@
+package padlock
+
+// An Option configures a Client (passed to New, it sets the default for
+// every call) or a single call (passed to TryAcquire, Acquire, TryDo or Do,
+// it overrides the Client's default for that call).
+type Option interface {
+	apply(*options)
+}
+
+// options holds every setting an Option can change. Its zero value is not
+// the default: see defaultOptions.
+type options struct {
+	fencing  bool
+	metadata string
+	backoff  Backoff
+}
+
+func defaultOptions() options {
+	return options{backoff: defaultBackoff}
+}
+
+// with returns a copy of o with opts applied; o itself is unchanged.
+func (o options) with(opts []Option) options {
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	return o
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithFencing makes the acquire script also increment the key's fencing
+// counter, so that Lock.Fence reports a number that is strictly greater than
+// every fence handed out before for the same key. The counter lives at
+// "{key}:fence" (or "key:fence" when key already has a hash tag, so that it
+// shares the key's Redis Cluster slot) and never expires.
+//
+// A key that contains '}' but no hash tag cannot share a slot with any other
+// key; acquiring such a key with fencing fails with ErrInvalid.
+func WithFencing() Option {
+	return optionFunc(func(o *options) { o.fencing = true })
+}
+
+// WithoutFencing turns fencing off for one call on a Client created with
+// WithFencing.
+func WithoutFencing() Option {
+	return optionFunc(func(o *options) { o.fencing = false })
+}
+
+// WithMetadata stores s with the lock, after its token: the value of the
+// lock's key in Redis is the token, a space and s, so an operator can see
+// who holds a lock with GET. Lock.Metadata reads it back. An empty s stores
+// no metadata.
+func WithMetadata(s string) Option {
+	return optionFunc(func(o *options) { o.metadata = s })
+}
+
+// WithBackoff sets how long Acquire and Do sleep between attempts when they
+// have no better signal. A nil b restores the default,
+// ExponentialBackoff(8*time.Millisecond, 512*time.Millisecond).
+func WithBackoff(b Backoff) Option {
+	return optionFunc(func(o *options) {
+		if b == nil {
+			b = defaultBackoff
+		}
+		o.backoff = b
+	})
+}
