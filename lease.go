@@ -289,9 +289,20 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	return l.do(ctx, fn)
 }
 
+// lockKey is the context key under which do stores the Lock for fn.
+type lockKey struct{}
+
+// LockFromContext returns the Lock held for the function that TryDo or Do
+// is running with ctx (or a context derived from it), or nil. Use it to
+// read the lock's Fence and Token inside the function.
+func LockFromContext(ctx context.Context) *Lock {
+	l, _ := ctx.Value(lockKey{}).(*Lock)
+	return l
+}
+
 // do runs fn under l, kept alive, and releases l afterwards.
 func (l *Lock) do(ctx context.Context, fn func(context.Context) error) (err error) {
-	kctx, stop := l.KeepAlive(ctx)
+	kctx, stop := l.KeepAlive(context.WithValue(ctx, lockKey{}, l))
 	defer func() {
 		lost := context.Cause(kctx)
 		stop()

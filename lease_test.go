@@ -1,0 +1,347 @@
+package padlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/redistest"
+)
+
+// renewals counts the script calls e's client made since the last reset:
+// with no other caller on the client, those are KeepAlive's renewals.
+func (e *env) renewals() int {
+	_, cmds := e.n.reset()
+	n := 0
+	for _, c := range cmds {
+		if c == "evalsha" || c == "eval" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestKeepAliveKeepsTheLockPastItsTTL(t *testing.T) {
+	e := newReal(t, nil)
+	l, err := e.c.TryAcquire(e.ctx, e.key, 300*time.Millisecond)
+	require.NoError(t, err)
+	e.n.reset()
+	kctx, stop := l.KeepAlive(e.ctx)
+
+	time.Sleep(time.Second) // more than three ttls
+	require.NoError(t, kctx.Err(), "the lease is still held")
+	assert.Equal(t, l.Token(), e.get(e.key))
+	n := e.renewals()
+	// About one renewal per ttl/3 = 100ms; a wide band, as the machine may be loaded.
+	if n < 4 || n > 20 {
+		t.Errorf("%d renewals in 1s with ttl 300ms, want about 10", n)
+	}
+	_, err = e.c.TryAcquire(e.ctx, e.key, time.Second)
+	require.ErrorIs(t, err, padlock.ErrNotAcquired)
+
+	stop()
+	stop() // idempotent
+	require.ErrorIs(t, context.Cause(kctx), context.Canceled)
+	e.n.reset()
+	time.Sleep(300 * time.Millisecond)
+	assert.Zero(t, e.renewals(), "renewing went on after stop")
+	require.ErrorIs(t, l.Release(e.ctx), padlock.ErrNotHeld, "not renewed, so it expired")
+}
+
+func TestKeepAliveReportsLossWhenTheLockIsTaken(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		l, err := e.c.TryAcquire(e.ctx, e.key, 150*time.Millisecond)
+		require.NoError(t, err)
+		kctx, stop := l.KeepAlive(e.ctx)
+		defer stop()
+		// Someone deletes the lock and another holder takes it.
+		require.NoError(t, e.raw.Set(e.ctx, e.key, "someone-else", time.Minute).Err())
+
+		waitDone(t, kctx, 5*time.Second)
+		cause := context.Cause(kctx)
+		require.ErrorIs(t, cause, padlock.ErrLost)
+		assert.Contains(t, cause.Error(), "no longer ours")
+		assert.Equal(t, "someone-else", e.get(e.key), "the new holder's lock is untouched")
+		require.ErrorIs(t, l.Release(e.ctx), padlock.ErrNotHeld)
+
+		// A lost lock stays lost.
+		kctx2, stop2 := l.KeepAlive(e.ctx)
+		defer stop2()
+		require.ErrorIs(t, context.Cause(kctx2), padlock.ErrLost)
+	})
+}
+
+func TestKeepAliveReportsLossFromExtendAndTTL(t *testing.T) {
+	e := newMini(t)
+	for _, probe := range []string{"Extend", "TTL"} {
+		l, err := e.c.TryAcquire(e.ctx, e.key+probe, time.Minute)
+		require.NoError(t, err)
+		kctx, stop := l.KeepAlive(e.ctx)
+		e.mr.Del(e.key + probe)
+		if probe == "Extend" {
+			require.ErrorIs(t, l.Extend(e.ctx, time.Minute), padlock.ErrNotHeld)
+		} else {
+			_, err := l.TTL(e.ctx)
+			require.ErrorIs(t, err, padlock.ErrNotHeld)
+		}
+		require.ErrorIs(t, context.Cause(kctx), padlock.ErrLost, "%s found the lock gone; KeepAlive's context must know at once", probe)
+		stop()
+	}
+}
+
+// With Redis gone, the KeepAlive context ends no later than the lock's
+// local deadline, which is before Redis would expire the lock.
+func TestKeepAliveLostByLocalDeadlineWhenRedisStops(t *testing.T) {
+	e := newReal(t, nil)
+	const ttl = 600 * time.Millisecond
+	l, err := e.c.TryAcquire(e.ctx, e.key, ttl)
+	require.NoError(t, err)
+	kctx, stop := l.KeepAlive(e.ctx)
+	defer stop()
+	var at atomic.Pointer[time.Time]
+	context.AfterFunc(kctx, func() { now := time.Now(); at.Store(&now) })
+
+	time.Sleep(ttl / 2) // a renewal or so
+	require.NoError(t, kctx.Err())
+	e.srv.Stop()
+	waitDone(t, kctx, 10*time.Second)
+
+	cause := context.Cause(kctx)
+	require.ErrorIs(t, cause, padlock.ErrLost)
+	assert.Contains(t, cause.Error(), "local deadline")
+	deadline := l.Deadline()
+	require.Eventually(t, func() bool { return at.Load() != nil }, time.Second, time.Millisecond)
+	// The loss is signalled by a timer at the deadline; allow for
+	// scheduling on a loaded machine, but not for a renewal's timeouts
+	// (go-redis spends about 1.7s on a refused connection).
+	if late := at.Load().Sub(deadline); late > 250*time.Millisecond {
+		t.Errorf("lost %v after the local deadline", late)
+	}
+	assert.False(t, at.Load().Before(deadline), "lost before the local deadline (%v early)", deadline.Sub(*at.Load()))
+}
+
+func TestKeepAliveSurvivesARestartWithPersistence(t *testing.T) {
+	e := newReal(t, []redistest.Option{redistest.WithAOF()})
+	l, err := e.c.TryAcquire(e.ctx, e.key, 3*time.Second, padlock.WithFencing())
+	require.NoError(t, err)
+	kctx, stop := l.KeepAlive(e.ctx)
+	defer stop()
+
+	e.srv.Restart()
+	time.Sleep(4 * time.Second) // past the ttl: only renewals keep it
+	require.NoError(t, kctx.Err(), "lost over a restart that kept the data: %v", context.Cause(kctx))
+	assert.Equal(t, l.Token(), e.get(e.key))
+	assert.Equal(t, "1", e.get("{"+e.key+"}:fence"), "the fence counter survived")
+	require.NoError(t, l.Release(e.ctx))
+	require.ErrorIs(t, context.Cause(kctx), context.Canceled)
+}
+
+func TestKeepAliveReportsLossAfterARestartWithoutPersistence(t *testing.T) {
+	e := newReal(t, nil)
+	l, err := e.c.TryAcquire(e.ctx, e.key, 3*time.Second)
+	require.NoError(t, err)
+	kctx, stop := l.KeepAlive(e.ctx)
+	defer stop()
+
+	e.srv.Restart() // comes back empty
+	waitDone(t, kctx, 10*time.Second)
+	cause := context.Cause(kctx)
+	require.ErrorIs(t, cause, padlock.ErrLost)
+	assert.Contains(t, cause.Error(), "no longer ours", "Redis answered, so this is not a deadline loss")
+	require.ErrorIs(t, l.Release(e.ctx), padlock.ErrNotHeld)
+}
+
+func TestReleaseStopsKeepAlive(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		l, err := e.c.TryAcquire(e.ctx, e.key, 90*time.Millisecond)
+		require.NoError(t, err)
+		kctx, stop := l.KeepAlive(e.ctx)
+		defer stop()
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, l.Release(e.ctx))
+		require.ErrorIs(t, context.Cause(kctx), context.Canceled, "Release ended the KeepAlive")
+
+		e.n.reset()
+		time.Sleep(150 * time.Millisecond)
+		assert.Zero(t, e.renewals(), "a renewal after Release")
+
+		kctx2, stop2 := l.KeepAlive(e.ctx)
+		defer stop2()
+		require.ErrorIs(t, context.Cause(kctx2), padlock.ErrNotHeld, "no keep-alive for a released lock")
+	})
+}
+
+// Across many short leases, no renewal reaches Redis after Release.
+func TestNoRenewalAfterRelease(t *testing.T) {
+	e := newReal(t, nil)
+	pexpires := func() int {
+		info, err := e.raw.Info(e.ctx, "commandstats").Result()
+		require.NoError(t, err)
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_pexpire:calls="); ok {
+				n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				require.NoError(t, err)
+				return n
+			}
+		}
+		return 0
+	}
+	for i := range 200 {
+		l, err := e.c.TryAcquire(e.ctx, e.key, 30*time.Millisecond)
+		require.NoError(t, err)
+		_, stop := l.KeepAlive(e.ctx)
+		if i%2 == 0 {
+			time.Sleep(time.Duration(i%25) * time.Millisecond) // sometimes past a renewal
+		}
+		require.NoError(t, l.Release(e.ctx), "cycle %d", i)
+		stop()
+	}
+	before := pexpires()
+	time.Sleep(100 * time.Millisecond)
+	assert.Equal(t, before, pexpires(), "PEXPIRE after every lock was released")
+	assert.Empty(t, e.get(e.key))
+}
+
+func TestKeepAliveSharedByTwoCallers(t *testing.T) {
+	e := newReal(t, nil)
+	l, err := e.c.TryAcquire(e.ctx, e.key, 150*time.Millisecond)
+	require.NoError(t, err)
+	ctx1, stop1 := l.KeepAlive(e.ctx)
+	ctx2, stop2 := l.KeepAlive(e.ctx)
+	time.Sleep(100 * time.Millisecond)
+	stop1()
+	require.ErrorIs(t, context.Cause(ctx1), context.Canceled)
+	e.n.reset()
+	time.Sleep(400 * time.Millisecond)
+	require.NoError(t, ctx2.Err(), "the other KeepAlive still holds the lease")
+	assert.Positive(t, e.renewals(), "renewing went on for the second caller")
+	assert.Equal(t, l.Token(), e.get(e.key))
+	stop2()
+	e.n.reset()
+	time.Sleep(150 * time.Millisecond)
+	assert.Zero(t, e.renewals(), "renewing went on after both stopped")
+	require.ErrorIs(t, l.Release(e.ctx), padlock.ErrNotHeld, "not renewed, so it expired")
+}
+
+func TestKeepAliveEndsWithItsParentContext(t *testing.T) {
+	e := newReal(t, nil)
+	l, err := e.c.TryAcquire(e.ctx, e.key, 150*time.Millisecond)
+	require.NoError(t, err)
+	parent, cancel := context.WithCancelCause(e.ctx)
+	errShutdown := errors.New("shutting down")
+	kctx, stop := l.KeepAlive(parent)
+	defer stop()
+	cancel(errShutdown)
+	waitDone(t, kctx, time.Second)
+	require.ErrorIs(t, context.Cause(kctx), errShutdown)
+	time.Sleep(20 * time.Millisecond) // let the renewer see it
+	e.n.reset()
+	time.Sleep(200 * time.Millisecond)
+	assert.Zero(t, e.renewals(), "renewing went on after the parent ended")
+	require.ErrorIs(t, l.Release(e.ctx), padlock.ErrNotHeld, "not renewed, so it expired")
+}
+
+func TestKeepAliveStopWaitsForTheRenewer(t *testing.T) {
+	e := newReal(t, nil)
+	require.NoError(t, e.rdb.Ping(e.ctx).Err())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	l, err := e.c.TryAcquire(e.ctx, e.key, 30*time.Millisecond)
+	require.NoError(t, err)
+	_, stop := l.KeepAlive(e.ctx)
+	time.Sleep(50 * time.Millisecond)
+	stop() // returns only when the renewer has exited: goleak finds nothing
+	require.NoError(t, l.Release(e.ctx))
+}
+
+func TestTryDo(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		errJob := errors.New("job failed")
+		runs := 0
+		err := e.c.TryDo(e.ctx, e.key, time.Minute, func(ctx context.Context) error {
+			runs++
+			require.NoError(t, ctx.Err())
+			l := padlock.LockFromContext(ctx)
+			require.NotNil(t, l)
+			assert.Equal(t, l.Token(), e.get(e.key), "fn runs holding the lock")
+			assert.Positive(t, l.Fence())
+
+			// Meanwhile the lock is busy for everyone else.
+			err := e.c.TryDo(e.ctx, e.key, time.Minute, func(context.Context) error {
+				t.Error("ran while the lock was held")
+				return nil
+			})
+			require.ErrorIs(t, err, padlock.ErrNotAcquired)
+			return errJob
+		}, padlock.WithFencing())
+		require.ErrorIs(t, err, errJob)
+		assert.NotErrorIs(t, err, padlock.ErrLost)
+		assert.Equal(t, 1, runs)
+		assert.Empty(t, e.get(e.key), "released after fn")
+		assert.Nil(t, padlock.LockFromContext(e.ctx))
+
+		require.NoError(t, e.c.TryDo(e.ctx, e.key, time.Minute, func(context.Context) error { return nil }))
+	})
+}
+
+func TestDoReportsALostLock(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		errStopped := errors.New("stopped early")
+		err := e.c.Do(e.ctx, e.key, 150*time.Millisecond, func(ctx context.Context) error {
+			require.NoError(t, e.raw.Set(e.ctx, e.key, "thief", time.Minute).Err())
+			select {
+			case <-ctx.Done():
+				return errStopped
+			case <-time.After(5 * time.Second):
+				return nil
+			}
+		})
+		require.ErrorIs(t, err, padlock.ErrLost)
+		require.ErrorIs(t, err, errStopped, "fn's error is kept")
+		assert.Equal(t, "thief", e.get(e.key), "Do's release left the new holder alone")
+	})
+}
+
+func TestDoReleasesWhenFnPanics(t *testing.T) {
+	e := newMini(t)
+	func() {
+		defer func() { assert.Equal(t, "boom", recover()) }()
+		_ = e.c.Do(e.ctx, e.key, time.Minute, func(context.Context) error { panic("boom") })
+	}()
+	assert.False(t, e.mr.Exists(e.key), "the lock was left held after a panic")
+}
+
+func TestDoWaitsForTheHolder(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
+		require.NoError(t, err)
+		time.AfterFunc(50*time.Millisecond, func() { _ = l.Release(context.Background()) })
+		ran := false
+		require.NoError(t, e.c.Do(e.ctx, e.key, time.Minute, func(context.Context) error {
+			ran = true
+			return nil
+		}, padlock.WithBackoff(padlock.ExponentialBackoff(5*time.Millisecond, 20*time.Millisecond))))
+		assert.True(t, ran)
+
+		// A Do whose wait ends does not run fn.
+		l, err = e.c.TryAcquire(e.ctx, e.key, time.Minute)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(e.ctx, 50*time.Millisecond)
+		defer cancel()
+		err = e.c.Do(ctx, e.key, time.Minute, func(context.Context) error {
+			t.Error("fn ran without the lock")
+			return nil
+		})
+		require.ErrorIs(t, err, padlock.ErrNotAcquired)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NoError(t, l.Release(e.ctx))
+	})
+}
