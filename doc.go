@@ -1,0 +1,68 @@
+// Package padlock provides distributed locks on Redis for Go services that
+// run as several instances: only one instance at a time runs a job or
+// touches a resource.
+//
+//	locks := padlock.New(rdb) // rdb: a go-redis client
+//	err := locks.TryDo(ctx, "lock:report:daily", 2*time.Minute, runReport)
+//
+// # What is guaranteed
+//
+// On one Redis server (or one primary), while a lock's ttl has not run out,
+// at most one Lock holds it. Every lock has a ttl, so a holder that dies
+// frees it when the ttl runs out. Only the holder of a lock's random token
+// (128 bits from crypto/rand) can release or extend it: Release, Extend and
+// TTL compare the token inside one Lua script, and never touch another
+// holder's lock; Extend never brings back a lock that has expired. TryAcquire,
+// Release, Extend and TTL cost one round trip each.
+//
+// Acquire waits without polling hard: after a failed attempt it sleeps for
+// a jittered, capped backoff, but never past the moment the holder's lock
+// expires. Its attempts share one token, so an attempt whose reply was lost
+// and that go-redis sends again finds its own lock and succeeds. A call that
+// fails never leaves the lock held: when it cannot tell whether an attempt
+// took the lock (a timeout, a cancelled context), it releases it again.
+//
+// KeepAlive holds a lock as a lease for a long job: it renews the lock
+// about every ttl/3 and cancels its context with cause ErrLost the moment
+// Redis says the lock is not ours, or, when Redis cannot be reached, at the
+// lock's local deadline: the monotonic time the last successful acquire or
+// extend was sent, plus the ttl, minus 1% of the ttl and 2ms for clock
+// drift (Lock.Deadline). Do and TryDo wrap acquire, keep-alive and release
+// around a function.
+//
+// With WithFencing, every acquire also increments a counter that never
+// expires, and Lock.Fence returns it: strictly increasing per key. Storage
+// that rejects writes with a fence lower than one it has seen is safe even
+// when a holder's lock expired while it was paused (GC, swap, a slow
+// network): such a holder cannot know it has lost the lock, and a lock
+// alone cannot stop its late write. Fencing can.
+//
+// # What is not guaranteed
+//
+// A lock is only as durable as the Redis that holds it. If Redis restarts
+// without persistence, every lock and fence counter is gone: another caller
+// can take a lock that a KeepAlive still believes held (until its next
+// renewal reports ErrLost), and fences start again at 1. With replication,
+// a failover to a replica that had not yet received a lock loses it the same
+// way. Use persistence (appendfsync always) where that matters, and fencing
+// where correctness, not just efficiency, depends on the lock.
+//
+// Expiry is measured by Redis's clock and deadlines by the holder's
+// monotonic clock; the margin covers drift between them of up to 1% of the
+// ttl. A process paused for longer than the time left on its lock loses it
+// without noticing until it runs again.
+//
+// go-redis honours context deadlines during I/O only with
+// redis.Options.ContextTimeoutEnabled; otherwise a call against an
+// unresponsive server returns after its ReadTimeout. padlock's loss signal
+// does not depend on either: it is a timer.
+//
+// # Errors
+//
+// TryAcquire and Acquire return ErrNotAcquired when someone else holds the
+// lock; Release, Extend and TTL return ErrNotHeld when the lock is no longer
+// ours; ErrLost is the cause of a KeepAlive context when the lock was lost;
+// ErrInvalid reports bad input (an empty key, a ttl under 1ms, a nil
+// client). Redis errors are wrapped, never reported as one of these. Match
+// them with errors.Is.
+package padlock
