@@ -15,8 +15,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{}) // tests that stop Redis would fill the log with dial errors
 	goleak.VerifyTestMain(m)
 }
+
+// quiet is a go-redis logger that drops everything.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // env is one Redis a test runs against: miniredis in-process, or a real
 // redis-server that the test started.

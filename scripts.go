@@ -24,4 +24,8 @@ var (
 	//go:embed pttl.lua
 	pttlSrc    string
 	pttlScript = redis.NewScript(pttlSrc)
+
+	//go:embed inspect.lua
+	inspectSrc    string
+	inspectScript = redis.NewScript(inspectSrc)
 )

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/redistest"
+)
+
+// bin is the padlock binary built for these tests.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "padlock-cmd-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "padlock")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := 0
+	func() {
+		defer os.RemoveAll(dir)
+		code = m.Run()
+	}()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// result is how a padlock process ended.
+type result struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+// padlockCmd prepares the binary with args, talking to the Redis at url
+// (through PADLOCK_REDIS_URL, as a cron job would).
+func padlockCmd(t *testing.T, url string, args ...string) *exec.Cmd {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "PADLOCK_REDIS_URL="+url, "REDIS_URL=")
+	return cmd
+}
+
+// padlockRun runs the binary to the end.
+func padlockRun(t *testing.T, url string, args ...string) result {
+	t.Helper()
+	cmd := padlockCmd(t, url, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		r.code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("padlock %v: %v", args, err)
+	}
+	return r
+}
+
+type server struct {
+	url string
+	raw *redis.Client
+	c   *padlock.Client
+}
+
+func startRedis(t *testing.T) server {
+	srv := redistest.Start(t)
+	raw := srv.Client()
+	return server{url: "redis://" + srv.Addr(), raw: raw, c: padlock.New(raw)}
+}
+
+func (s server) exists(t *testing.T, key string) bool {
+	n, err := s.raw.Exists(context.Background(), key).Result()
+	require.NoError(t, err)
+	return n == 1
+}
+
+func TestRunExitsWithTheCommandsStatus(t *testing.T) {
+	s := startRedis(t)
+	for _, code := range []int{0, 1, 7, 255} {
+		r := padlockRun(t, s.url, "run", "lock:job", "--", "sh", "-c", "exit "+strconv.Itoa(code))
+		assert.Equal(t, code, r.code, r.stderr)
+		assert.False(t, s.exists(t, "lock:job"), "released after the command exited")
+	}
+	r := padlockRun(t, s.url, "run", "lock:job", "--", "sh", "-c", "kill -KILL $$")
+	assert.Equal(t, 128+9, r.code, "killed by signal 9")
+}
+
+func TestRunSeesItsEnvironment(t *testing.T) {
+	s := startRedis(t)
+	r := padlockRun(t, s.url, "run", "-fence", "-metadata", "cron@web-1", "lock:env", "--",
+		"sh", "-c", `echo "$PADLOCK_KEY|$PADLOCK_TOKEN|$PADLOCK_FENCE"; redis-cli -u "$PADLOCK_REDIS_URL" GET lock:env`)
+	require.Equal(t, 0, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 2, r.stdout)
+	parts := strings.Split(lines[0], "|")
+	require.Len(t, parts, 3)
+	assert.Equal(t, "lock:env", parts[0])
+	_, err := uuid.Parse(parts[1])
+	require.NoError(t, err, "PADLOCK_TOKEN is the lock's token")
+	assert.Equal(t, "1", parts[2], "PADLOCK_FENCE")
+	assert.Equal(t, parts[1]+" cron@web-1", lines[1], "the lock is held while the command runs, with its metadata")
+
+	// Without -fence there is no PADLOCK_FENCE; the default metadata names host and pid.
+	r = padlockRun(t, s.url, "run", "lock:env", "--", "sh", "-c",
+		`echo "${PADLOCK_FENCE-unset}"; redis-cli -u "$PADLOCK_REDIS_URL" GET lock:env`)
+	require.Equal(t, 0, r.code, r.stderr)
+	host, _ := os.Hostname()
+	assert.Contains(t, r.stdout, "unset\n")
+	assert.Contains(t, r.stdout, " host="+host+" pid=")
+}
+
+func TestRunConflict(t *testing.T) {
+	s := startRedis(t)
+	ctx := t.Context()
+	held, err := s.c.TryAcquire(ctx, "lock:backup", time.Minute, padlock.WithMetadata("host=other pid=1"))
+	require.NoError(t, err)
+	marker := filepath.Join(t.TempDir(), "ran")
+
+	r := padlockRun(t, s.url, "run", "lock:backup", "--", "touch", marker)
+	assert.Equal(t, 75, r.code)
+	assert.Contains(t, r.stderr, "lock:backup is held elsewhere by host=other pid=1")
+	assert.NoFileExists(t, marker, "the command ran without the lock")
+
+	r = padlockRun(t, s.url, "run", "-conflict-exit", "0", "lock:backup", "--", "touch", marker)
+	assert.Equal(t, 0, r.code)
+	assert.NoFileExists(t, marker)
+	require.NoError(t, held.Release(ctx))
+}
+
+func TestRunWaits(t *testing.T) {
+	s := startRedis(t)
+	ctx := t.Context()
+	held, err := s.c.TryAcquire(ctx, "lock:wait", time.Minute)
+	require.NoError(t, err)
+
+	r := padlockRun(t, s.url, "run", "-wait", "200ms", "lock:wait", "--", "true")
+	assert.Equal(t, 75, r.code, "gave up after -wait")
+
+	time.AfterFunc(300*time.Millisecond, func() { _ = held.Release(context.Background()) })
+	r = padlockRun(t, s.url, "run", "-wait", "10s", "lock:wait", "--", "sh", "-c", "echo ran")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "ran\n", r.stdout)
+}
+
+// The lock is stolen while the command runs and the command ignores
+// SIGTERM: padlock kills it within ttl + grace and says why.
+func TestRunKillsTheCommandWhenTheLockIsLost(t *testing.T) {
+	s := startRedis(t)
+	ctx := t.Context()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	const ttl, grace = time.Second, 500 * time.Millisecond
+	cmd := padlockCmd(t, s.url, "run", "-ttl", ttl.String(), "-grace", grace.String(), "lock:lost", "--",
+		"sh", "-c", `trap "" TERM; echo $$ > `+pidFile+`; echo started; sleep 60; echo survived`)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "started\n", line)
+
+	require.NoError(t, s.raw.Set(ctx, "lock:lost", "thief", time.Minute).Err())
+	stolen := time.Now()
+	rest, _ := io.ReadAll(stdout)
+	err = cmd.Wait()
+	took := time.Since(stolen)
+
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 79, exit.ExitCode())
+	assert.Contains(t, stderr.String(), "lock lock:lost lost while the command ran")
+	assert.NotContains(t, string(rest), "survived")
+	if took > ttl+grace+time.Second {
+		t.Errorf("the command outlived the stolen lock by %v (ttl %v + grace %v)", took, ttl, grace)
+	}
+	assert.GreaterOrEqual(t, took, grace, "SIGTERM was ignored, so only SIGKILL after -grace ended it")
+	pid, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	n, err := strconv.Atoi(strings.TrimSpace(string(pid)))
+	require.NoError(t, err)
+	assert.ErrorIs(t, syscall.Kill(n, 0), syscall.ESRCH, "the command is gone")
+	assert.Equal(t, "thief", getKey(t, s, "lock:lost"), "the new holder's lock is untouched")
+}
+
+func getKey(t *testing.T, s server, key string) string {
+	v, err := s.raw.Get(context.Background(), key).Result()
+	require.NoError(t, err)
+	return v
+}
+
+func TestRunForwardsSignals(t *testing.T) {
+	s := startRedis(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			cmd := padlockCmd(t, s.url, "run", "lock:sig", "--", "sh", "-c",
+				`trap 'echo got signal; exit 3' TERM INT; echo ready; while :; do sleep 0.05; done`)
+			stdout, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			rd := bufio.NewReader(stdout)
+			line, err := rd.ReadString('\n')
+			require.NoError(t, err)
+			require.Equal(t, "ready\n", line)
+
+			require.NoError(t, cmd.Process.Signal(sig))
+			rest, _ := io.ReadAll(rd)
+			err = cmd.Wait()
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit)
+			assert.Equal(t, 3, exit.ExitCode(), "padlock exits with the command's status")
+			assert.Equal(t, "got signal\n", string(rest))
+			assert.False(t, s.exists(t, "lock:sig"), "released after the command exited")
+		})
+	}
+}
+
+func TestRunWithRedisUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "redis://" + ln.Addr().String()
+	require.NoError(t, ln.Close())
+	marker := filepath.Join(t.TempDir(), "ran")
+
+	r := padlockRun(t, url, "run", "lock:x", "--", "touch", marker)
+	assert.Equal(t, 69, r.code)
+	assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+	assert.Contains(t, r.stderr, "padlock: cannot lock lock:x")
+	assert.NoFileExists(t, marker, "the command ran without the lock")
+
+	r = padlockRun(t, url, "inspect", "lock:x")
+	assert.Equal(t, 69, r.code)
+}
+
+func TestRunWithACLUser(t *testing.T) {
+	s := startRedis(t)
+	require.NoError(t, s.raw.Do(t.Context(), "ACL", "SETUSER", "cron", "on", ">s3cret", "~lock:*", "+@all").Err())
+	host := strings.TrimPrefix(s.url, "redis://")
+	r := padlockRun(t, "redis://cron:s3cret@"+host, "run", "lock:acl", "--", "true")
+	assert.Equal(t, 0, r.code, r.stderr)
+	r = padlockRun(t, "redis://cron:wrong@"+host, "run", "lock:acl", "--", "true")
+	assert.Equal(t, 69, r.code)
+	assert.NotContains(t, r.stderr, "wrong", "the password is not printed")
+}
+
+func TestRunBadUse(t *testing.T) {
+	s := startRedis(t)
+	tests := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"no command", []string{"run", "lock:x"}, 64},
+		{"no key", []string{"run"}, 64},
+		{"bad flag", []string{"run", "-nope", "lock:x", "--", "true"}, 64},
+		{"bad ttl", []string{"run", "-ttl", "0s", "lock:x", "--", "true"}, 64},
+		{"bad conflict status", []string{"run", "-conflict-exit", "300", "lock:x", "--", "true"}, 64},
+		{"bad url", []string{"run", "-redis", "http://x", "lock:x", "--", "true"}, 64},
+		{"unknown subcommand", []string{"frobnicate"}, 64},
+		{"command not found", []string{"run", "lock:x", "--", "no-such-command-padlock"}, 127},
+		{"not executable", []string{"run", "lock:x", "--", "/dev/null"}, 126},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := padlockRun(t, s.url, tt.args...)
+			assert.Equal(t, tt.code, r.code, r.stderr)
+			assert.NotEmpty(t, r.stderr)
+			assert.False(t, s.exists(t, "lock:x"), "no lock left behind")
+		})
+	}
+	r := padlockRun(t, s.url, "help")
+	assert.Equal(t, 0, r.code)
+	assert.Contains(t, r.stdout, "padlock run")
+}
+
+func TestInspect(t *testing.T) {
+	s := startRedis(t)
+	ctx := t.Context()
+	r := padlockRun(t, s.url, "inspect", "lock:report")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "lock:report: not held (fence counter 0)\n", r.stdout)
+
+	l, err := s.c.TryAcquire(ctx, "lock:report", time.Minute, padlock.WithFencing(), padlock.WithMetadata("host=web-2 pid=77"))
+	require.NoError(t, err)
+	r = padlockRun(t, s.url, "inspect", "lock:report")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "lock:report: held\n")
+	assert.Contains(t, r.stdout, "holder:   host=web-2 pid=77\n")
+	assert.Contains(t, r.stdout, "token:    "+l.Token()+"\n")
+	assert.Contains(t, r.stdout, "fence:    1\n")
+
+	r = padlockRun(t, s.url, "inspect", "-json", "lock:report")
+	require.Equal(t, 0, r.code, r.stderr)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	assert.Equal(t, true, got["held"])
+	assert.Equal(t, "host=web-2 pid=77", got["metadata"])
+	assert.Equal(t, l.Token(), got["token"])
+	assert.Equal(t, float64(1), got["fence"])
+	ttl := got["ttl_ms"].(float64)
+	assert.True(t, ttl > 50000 && ttl <= 60000, "ttl_ms %v", ttl)
+
+	require.NoError(t, l.Release(ctx))
+	r = padlockRun(t, s.url, "inspect", "-json", "lock:report")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.JSONEq(t, `{"key":"lock:report","held":false,"ttl_ms":0,"fence":1}`, r.stdout)
+}
+
+// checkDemo checks the demo's claims in its output.
+func checkDemo(t *testing.T, r result) {
+	t.Helper()
+	require.Equal(t, 0, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	out := r.stdout
+	assert.Equal(t, 1, strings.Count(out, "got the lock, running the report"), out)
+	assert.Equal(t, 4, strings.Count(out, "held elsewhere, skipping"), out)
+	assert.Contains(t, out, "=> exactly one instance ran the report (1 ran, 4 skipped)")
+	assert.Contains(t, out, "worker B: tries at once: padlock: lock not acquired")
+	assert.Contains(t, out, "worker B: tries again: acquired")
+	assert.Contains(t, out, "=> KeepAlive held the lock past its TTL")
+	assert.Contains(t, out, "padlock: lock lost")
+	assert.Contains(t, out, "worker B: writes with fence 2: accepted")
+	assert.Contains(t, out, "worker A: writes with fence 1: rejected as stale")
+	assert.NotContains(t, out, "UNEXPECTED")
+	assert.Contains(t, out, "Every case behaved as promised.")
+}
+
+func TestDemoNeedsNoRedis(t *testing.T) {
+	// An address where nothing listens: the demo must not need it.
+	r := padlockRun(t, "redis://127.0.0.1:1", "demo")
+	checkDemo(t, r)
+	assert.Contains(t, r.stdout, "embedded Redis")
+}
+
+func TestDemoOnRealRedis(t *testing.T) {
+	s := startRedis(t)
+	r := padlockRun(t, "", "demo", "-redis", s.url)
+	checkDemo(t, r)
+	keys, err := s.raw.Keys(t.Context(), "*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys, "the demo cleaned up after itself")
+}
+
+// 'go run ./cmd/padlock demo', as the README says, from a fresh clone.
+func TestDemoThroughGoRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the command again")
+	}
+	cmd := exec.CommandContext(t.Context(), "go", "run", ".", "demo")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), stderr.String())
+	checkDemo(t, result{stdout: stdout.String(), stderr: stderr.String()})
+}

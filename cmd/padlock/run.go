@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/padlock-go/padlock"
+)
+
+// releaseTimeout bounds the release after the command has exited.
+const releaseTimeout = 5 * time.Second
+
+// runCmd is 'padlock run'.
+func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fset := flag.NewFlagSet("run", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	redisURL := redisFlag(fset)
+	ttl := fset.Duration("ttl", 30*time.Second, "lock TTL; renewed every ttl/3 while the command runs")
+	wait := fset.Duration("wait", 0, "how long to wait for the lock; 0 tries once")
+	conflictExit := fset.Int("conflict-exit", exitConflict, "exit status when the lock is held elsewhere")
+	fence := fset.Bool("fence", false, "take a fencing token and pass it to the command as PADLOCK_FENCE")
+	metadata := fset.String("metadata", defaultMetadata(), "stored with the lock; shown by 'padlock inspect'")
+	grace := fset.Duration("grace", 5*time.Second, "when the lock is lost: time between SIGTERM and SIGKILL")
+	fset.Usage = func() {
+		fmt.Fprint(fset.Output(), "usage: padlock run [flags] KEY -- COMMAND [ARGS...]\n\n"+
+			"Runs COMMAND while holding the lock KEY, and exits with its status.\n"+
+			"The command sees PADLOCK_KEY, PADLOCK_TOKEN and, with -fence, PADLOCK_FENCE.\n\nflags:\n")
+		fset.PrintDefaults()
+	}
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	rest := fset.Args()
+	if len(rest) >= 2 && rest[1] == "--" {
+		rest = append(rest[:1:1], rest[2:]...)
+	}
+	switch {
+	case len(rest) < 2:
+		fmt.Fprintln(stderr, "padlock run: need KEY -- COMMAND")
+		fset.Usage()
+		return exitUsage
+	case *conflictExit < 0 || *conflictExit > 255:
+		fmt.Fprintf(stderr, "padlock run: -conflict-exit %d is not an exit status (0-255)\n", *conflictExit)
+		return exitUsage
+	case *wait < 0 || *grace < 0:
+		fmt.Fprintln(stderr, "padlock run: -wait and -grace cannot be negative")
+		return exitUsage
+	}
+	key, command := rest[0], rest[1:]
+
+	rdb, err := dial(*redisURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "padlock run: %v\n", err)
+		return exitUsage
+	}
+	defer rdb.Close()
+	locks := padlock.New(rdb)
+	opts := []padlock.Option{padlock.WithMetadata(*metadata)}
+	if *fence {
+		opts = append(opts, padlock.WithFencing())
+	}
+
+	// Signals: while waiting they end the wait; while the command runs they
+	// are forwarded to it.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	lock, status := acquire(ctx, locks, key, *ttl, *wait, opts, sigs, stderr)
+	if lock == nil {
+		if status == exitConflict {
+			status = *conflictExit
+		}
+		return status
+	}
+	return runLocked(ctx, lock, command, *fence, *grace, sigs, stdout, stderr)
+}
+
+// defaultMetadata names this process: host and pid.
+func defaultMetadata() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return "host=" + host + " pid=" + strconv.Itoa(os.Getpid())
+}
+
+// acquire takes the lock, once or waiting up to wait. It returns the Lock,
+// or nil and the exit status, having said why on stderr.
+func acquire(ctx context.Context, locks *padlock.Client, key string, ttl, wait time.Duration,
+	opts []padlock.Option, sigs <-chan os.Signal, stderr io.Writer) (*padlock.Lock, int) {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if wait > 0 {
+		actx, cancel = context.WithTimeout(actx, wait)
+		defer cancel()
+	}
+	type result struct {
+		lock *padlock.Lock
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		if wait > 0 {
+			r.lock, r.err = locks.Acquire(actx, key, ttl, opts...)
+		} else {
+			r.lock, r.err = locks.TryAcquire(actx, key, ttl, opts...)
+		}
+		done <- r
+	}()
+
+	var r result
+	select {
+	case r = <-done:
+	case sig := <-sigs:
+		cancel()
+		if r = <-done; r.lock != nil {
+			release(r.lock, stderr)
+		}
+		fmt.Fprintf(stderr, "padlock: %v while waiting for %s\n", sig, key)
+		return nil, 128 + int(sig.(syscall.Signal))
+	}
+
+	switch err := r.err; {
+	case err == nil:
+		return r.lock, 0
+	case errors.Is(err, padlock.ErrNotAcquired):
+		fmt.Fprintf(stderr, "padlock: %s is held elsewhere%s\n", key, holder(locks, key))
+		return nil, exitConflict
+	case errors.Is(err, padlock.ErrInvalid):
+		fmt.Fprintf(stderr, "padlock run: %v\n", err)
+		return nil, exitUsage
+	default:
+		fmt.Fprintf(stderr, "padlock: cannot lock %s: %v\n", key, err)
+		return nil, exitUnavailable
+	}
+}
+
+// holder describes who holds key, for the conflict message; "" if unknown.
+func holder(locks *padlock.Client, key string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := locks.Inspect(ctx, key)
+	if err != nil || !info.Held {
+		return ""
+	}
+	who := ""
+	if info.Metadata != "" {
+		who = " by " + info.Metadata
+	}
+	return fmt.Sprintf("%s (%v left)", who, info.TTL.Round(time.Millisecond))
+}
+
+// runLocked runs command while keeping lock alive, releases the lock when
+// the command exits, and returns the exit status.
+func runLocked(ctx context.Context, lock *padlock.Lock, command []string, fence bool, grace time.Duration,
+	sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+	defer release(lock, stderr)
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(os.Environ(), "PADLOCK_KEY="+lock.Key(), "PADLOCK_TOKEN="+lock.Token())
+	if fence {
+		cmd.Env = append(cmd.Env, "PADLOCK_FENCE="+strconv.FormatInt(lock.Fence(), 10))
+	}
+	// Its own process group, so that losing the lock ends the whole tree.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+
+	kctx, stop := lock.KeepAlive(ctx)
+	defer stop()
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "padlock: cannot run %s: %v\n", command[0], err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitCannotRun
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	group := func(sig syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, sig) }
+
+	lost := kctx.Done()
+	for {
+		select {
+		case <-exited:
+			if lost == nil { // the lock was lost and the command ended
+				return exitLost
+			}
+			return status(cmd.ProcessState)
+		case sig := <-sigs:
+			group(sig.(syscall.Signal))
+		case <-lost:
+			lost = nil
+			fmt.Fprintf(stderr, "padlock: lock %s lost while the command ran (%v); terminating it\n",
+				lock.Key(), context.Cause(kctx))
+			group(syscall.SIGTERM)
+			time.AfterFunc(grace, func() {
+				select {
+				case <-exited:
+				default:
+					group(syscall.SIGKILL)
+				}
+			})
+		}
+	}
+}
+
+// status is a finished command's exit status, 128+n for signal n.
+func status(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// release releases lock, saying on stderr if it could not.
+func release(lock *padlock.Lock, stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := lock.Release(ctx); err != nil && !errors.Is(err, padlock.ErrNotHeld) {
+		fmt.Fprintf(stderr, "padlock: release %s: %v (it expires by its TTL)\n", lock.Key(), err)
+	}
+}

@@ -1,0 +1,69 @@
+package padlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// LockInfo describes a lock as Redis holds it at one moment, for operators
+// and tools. It is a snapshot: the lock may change right after.
+type LockInfo struct {
+	Key      string
+	Held     bool          // whether the key exists
+	Token    string        // the holder's token ("" if not held)
+	Metadata string        // what the holder stored with WithMetadata
+	TTL      time.Duration // time left; negative if held with no expiry, 0 if not held
+	Fence    int64         // the key's fencing counter: the last fence handed out, 0 if none
+}
+
+// Inspect reads the lock key and its fencing counter from Redis, in one
+// round trip, without changing anything. It blocks until Redis answers or
+// ctx is done. A key that is not held is not an error: Held is false.
+//
+// It returns ErrInvalid for bad input and a wrapped Redis error if Redis
+// cannot answer. A key holding a value that padlock did not write reports
+// the whole value as Token.
+func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
+	info := LockInfo{Key: key}
+	if _, err := c.check(ctx, key, time.Millisecond); err != nil {
+		return info, err
+	}
+	keys := []string{key}
+	if fk, err := fenceKey(key); err == nil {
+		keys = append(keys, fk)
+	}
+	reply, err := inspectScript.Run(ctx, c.rdb, keys).Slice()
+	if err != nil {
+		return info, fmt.Errorf("padlock: inspect %q: %w", key, err)
+	}
+	if len(reply) != 3 {
+		return info, fmt.Errorf("padlock: inspect %q: unexpected reply %v", key, reply)
+	}
+	if v, ok := reply[0].(string); ok {
+		info.Held = true
+		info.Token, info.Metadata = splitValue(v)
+		if ms, ok := reply[1].(int64); ok {
+			info.TTL = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if s, ok := reply[2].(string); ok {
+		info.Fence, _ = strconv.ParseInt(s, 10, 64)
+	}
+	return info, nil
+}
+
+// tokenLen is the length of a token: a UUID in its 36-character form.
+const tokenLen = 36
+
+// splitValue splits a lock's value into its token and metadata.
+func splitValue(v string) (token, metadata string) {
+	switch {
+	case len(v) == tokenLen:
+		return v, ""
+	case len(v) > tokenLen && v[tokenLen] == ' ':
+		return v[:tokenLen], v[tokenLen+1:]
+	}
+	return v, ""
+}
