@@ -16,8 +16,14 @@ import (
 
 // cleanupTimeout bounds the round trips padlock makes on a caller's behalf
 // after the caller's own context may have ended: undoing an acquire whose
-// outcome is unknown, and releasing the lock at the end of Do.
-const cleanupTimeout = 2 * time.Second
+// outcome is unknown, and releasing the lock at the end of Do. When the
+// caller's context has already ended, undoing an acquire gets only
+// lateCleanupTimeout, so that Acquire returns close to its deadline; if
+// Redis cannot answer that fast, the lock's ttl frees it.
+const (
+	cleanupTimeout     = 2 * time.Second
+	lateCleanupTimeout = 100 * time.Millisecond
+)
 
 // A Client takes locks in one Redis deployment. It is safe for concurrent
 // use, holds no state of its own beyond its defaults, and starts no
@@ -404,7 +410,11 @@ func (l *Lock) Release(ctx context.Context) error {
 // a context of its own so that it runs even when ctx has ended. Its error
 // is dropped: if Redis cannot be reached now, the ttl frees the lock.
 func (l *Lock) cleanup(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	budget := cleanupTimeout
+	if ctx.Err() != nil {
+		budget = lateCleanupTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
 	_ = releaseScript.Run(ctx, l.c.rdb, l.keys[:1], l.value).Err()
 }

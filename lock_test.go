@@ -439,6 +439,28 @@ func TestRedisDownIsNotErrNotAcquired(t *testing.T) {
 	require.NoError(t, ctx.Err(), "Acquire returned before its deadline")
 }
 
+// With Redis down and a deadline shorter than go-redis's own dial retries,
+// Acquire returns close to its deadline, with an error that is not
+// ErrNotAcquired.
+func TestAcquireReturnsByItsDeadlineWhenRedisIsDown(t *testing.T) {
+	e := newReal(t, nil)
+	e.srv.Stop()
+	for _, wait := range []time.Duration{50 * time.Millisecond, 300 * time.Millisecond} {
+		ctx, cancel := context.WithTimeout(e.ctx, wait)
+		start := time.Now()
+		_, err := e.c.Acquire(ctx, e.key, time.Second)
+		took := time.Since(start)
+		cancel()
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, padlock.ErrNotAcquired)
+		// go-redis alone spends about 1.7s on a refused connection; the
+		// slack is for a loaded machine and the bounded clean-up.
+		if took > wait+500*time.Millisecond {
+			t.Errorf("Acquire with a %v deadline returned after %v", wait, took)
+		}
+	}
+}
+
 // TryAcquire and Release cost one round trip each once the scripts are
 // loaded; Extend and TTL one each.
 func TestRoundTrips(t *testing.T) {
