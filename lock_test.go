@@ -528,11 +528,14 @@ func TestNewStartsNoGoroutine(t *testing.T) {
 func TestClientTypes(t *testing.T) {
 	srv := newReal(t, nil).srv
 	cluster := redistest.StartCluster(t)
+	sentinel := redistest.StartSentinel(t, srv, "padlock")
+	failover := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "padlock", SentinelAddrs: []string{sentinel.Addr()}})
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}})
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cluster.Addr()}})
 	t.Cleanup(func() {
 		_ = ring.Close()
 		_ = cc.Close()
+		_ = failover.Close()
 	})
 	tests := []struct {
 		name string
@@ -541,6 +544,7 @@ func TestClientTypes(t *testing.T) {
 		{"Client", srv.Client()},
 		{"Ring", ring},
 		{"ClusterClient", cc},
+		{"FailoverClient", failover},
 		{"UniversalClient", redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}})},
 	}
 	for _, tt := range tests {
@@ -563,7 +567,7 @@ func TestClientTypes(t *testing.T) {
 			}
 		})
 	}
-	_ = tests[3].rdb.Close()
+	_ = tests[4].rdb.Close()
 }
 
 // A concurrency smoke test for one Lock shared by several goroutines; run

@@ -33,6 +33,7 @@ type Option func(*config)
 
 type config struct {
 	args []string
+	conf string // a config file, given to redis-server before the flags
 }
 
 // WithAOF turns on the append-only file with appendfsync always, so that
@@ -54,6 +55,7 @@ type Server struct {
 	t    testing.TB
 	dir  string
 	args []string
+	conf string
 	port int
 
 	mu     sync.Mutex
@@ -88,7 +90,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, o := range opts {
 		o(&c)
 	}
-	s := &Server{t: t, dir: t.TempDir(), args: c.args}
+	s := &Server{t: t, dir: t.TempDir(), args: c.args, conf: c.conf}
 	t.Cleanup(s.cleanup)
 	var err error
 	for try := 0; try < 5; try++ {
@@ -142,6 +144,9 @@ func (s *Server) start() error {
 		"--protected-mode", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 	}, s.args...)
+	if s.conf != "" {
+		args = append([]string{s.conf}, args...)
+	}
 	cmd := exec.Command("redis-server", args...)
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
@@ -306,4 +311,19 @@ func StartCluster(t testing.TB) *Server {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// StartSentinel starts a Redis Sentinel that monitors primary under the
+// name master, with a quorum of 1, for go-redis's failover clients.
+func StartSentinel(t testing.TB, primary *Server, master string) *Server {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	line := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\n", master, primary.Port())
+	if err := os.WriteFile(conf, []byte(line), 0o600); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return Start(t, func(c *config) {
+		c.conf = conf
+		c.args = append(c.args, "--sentinel")
+	})
 }
