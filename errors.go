@@ -26,4 +26,8 @@ var (
 	// millisecond, a nil client, context or function, a zero Lock. A call
 	// that returns it has not touched Redis.
 	ErrInvalid = errors.New("padlock: invalid argument")
+
+	// ErrClosed reports a call on a Client after Close, or a wait that
+	// Close ended.
+	ErrClosed = errors.New("padlock: client closed")
 )

@@ -19,7 +19,10 @@ import (
 
 // renewals counts the script calls e's client made since the last reset:
 // with no other caller on the client, those are KeepAlive's renewals.
-func (e *env) renewals() int {
+func (e *env) renewals() int { return e.scripts() }
+
+// scripts counts the script calls e's client made since the last reset.
+func (e *env) scripts() int {
 	_, cmds := e.n.reset()
 	n := 0
 	for _, c := range cmds {

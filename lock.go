@@ -29,10 +29,11 @@ const (
 // use, holds no state of its own beyond its defaults, and starts no
 // goroutine.
 type Client struct {
-	rdb  redis.UniversalClient
-	opts options
-	// wait sleeps for d, or until ctx ends (returning its error). It is the
-	// seam where release notifications will wake a waiter early.
+	rdb    redis.UniversalClient
+	opts   options
+	notify notifier
+	// wait sleeps for d, or until ctx ends (returning its error), when
+	// notifications are off.
 	wait func(ctx context.Context, key string, d time.Duration) error
 }
 
@@ -106,28 +107,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if err != nil {
 		return nil, err
 	}
-	held := false // whether an attempt found the lock held: only then is it contention
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			if held {
-				return nil, notAcquired(ctx, key)
-			}
-			return nil, fmt.Errorf("padlock: acquire %q: %w", key, err)
-		}
-		pttl, err := c.attempt(ctx, l)
-		switch {
-		case err == nil:
-			return l, nil
-		case held && ctx.Err() != nil:
-			return nil, notAcquired(ctx, key)
-		case !errors.Is(err, ErrNotAcquired):
-			return nil, err
-		}
-		held = true
-		if err := c.wait(ctx, key, waitTime(o.backoff, attempt, pttl)); err != nil {
-			return nil, notAcquired(ctx, key)
-		}
-	}
+	return c.acquireWaiting(ctx, l, o)
 }
 
 // notAcquired is Acquire's error when ctx ended first: it matches

@@ -13,10 +13,11 @@ type options struct {
 	fencing  bool
 	metadata string
 	backoff  Backoff
+	notify   bool
 }
 
 func defaultOptions() options {
-	return options{backoff: defaultBackoff}
+	return options{backoff: defaultBackoff, notify: true}
 }
 
 // with returns a copy of o with opts applied; o itself is unchanged.
@@ -69,4 +70,12 @@ func WithBackoff(b Backoff) Option {
 		}
 		o.backoff = b
 	})
+}
+
+// WithoutNotifications makes Acquire and Do wait by polling alone (the
+// holder's remaining ttl, then the backoff), without subscribing to release
+// notifications: for proxies that do not pass pub/sub through. Releases
+// are still announced, for other clients.
+func WithoutNotifications() Option {
+	return optionFunc(func(o *options) { o.notify = false })
 }

@@ -1,0 +1,344 @@
+package padlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Release notifications.
+//
+// The release script publishes "released" on a channel named like the
+// lock's key (SPUBLISH where the server has sharded pub/sub, so it goes only
+// to the key's shard; PUBLISH otherwise). Waiters of one Client queue per
+// key, first come first served; while a key has waiters the Client
+// subscribes its channel, and a message wakes only the head of the queue,
+// which makes one attempt. The head also keeps its own timer (the holder's
+// remaining ttl, or the backoff), in case a message is lost.
+
+// releasedMsg is the payload of a release notification.
+const releasedMsg = "released"
+
+// subscribeTimeout bounds how long a waiter waits for its subscription to
+// be confirmed before it relies on its timer alone.
+const subscribeTimeout = time.Second
+
+// A waiter is one Acquire call waiting in its key's queue.
+type waiter struct {
+	key  string
+	wake chan struct{} // a release was announced, or the head before us gave up: attempt now
+	turn chan struct{} // we became the head of the queue
+}
+
+// A keyQueue is the FIFO of one key's waiters, head first.
+type keyQueue struct {
+	waiters    []*waiter
+	subscribed bool // its channel is subscribed (or being subscribed)
+}
+
+// A subscriber is one pub/sub connection and the goroutine reading it.
+type subscriber struct {
+	ps      *redis.PubSub
+	sharded bool
+	done    chan struct{} // closed when the goroutine has exited
+}
+
+// notifier is the Client's state for release notifications.
+type notifier struct {
+	mu      sync.Mutex
+	closed  bool
+	queues  map[string]*keyQueue
+	subs    map[string]*subscriber // by routing group, see group
+	sharded int                    // 0 unknown, 1 sharded pub/sub works, -1 it does not
+}
+
+// enqueue adds a waiter for key at the tail of its queue. It reports
+// whether the waiter is the head (and so may attempt at once).
+func (c *Client) enqueue(key string) (*waiter, bool, error) {
+	n := &c.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, false, ErrClosed
+	}
+	if n.queues == nil {
+		n.queues = make(map[string]*keyQueue)
+	}
+	q := n.queues[key]
+	if q == nil {
+		q = &keyQueue{}
+		n.queues[key] = q
+	}
+	w := &waiter{key: key, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
+	q.waiters = append(q.waiters, w)
+	return w, len(q.waiters) == 1, nil
+}
+
+// dequeue removes w from its queue. If w was the head, the next waiter
+// becomes head: woken to attempt at once if w did not get the lock (it may
+// be free), or only told it is head if w got it (it is held: the next
+// release will wake it). The last waiter out unsubscribes the key.
+func (c *Client) dequeue(w *waiter, acquired bool) {
+	n := &c.notify
+	n.mu.Lock()
+	q := n.queues[w.key]
+	if q == nil {
+		n.mu.Unlock()
+		return
+	}
+	head := len(q.waiters) > 0 && q.waiters[0] == w
+	for i, x := range q.waiters {
+		if x == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			break
+		}
+	}
+	if head && len(q.waiters) > 0 {
+		next := q.waiters[0]
+		signal(next.turn)
+		if !acquired || len(w.wake) > 0 {
+			signal(next.wake) // the lock may be free, or a release w did not use
+		}
+	}
+	var stop *subscriber
+	if len(q.waiters) == 0 {
+		delete(n.queues, w.key)
+		if q.subscribed {
+			stop = c.unsubscribeLocked(w.key)
+		}
+	}
+	n.mu.Unlock()
+	if stop != nil {
+		stop.close()
+	}
+}
+
+// isHead reports whether w is at the head of its queue.
+func (c *Client) isHead(w *waiter) bool {
+	n := &c.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	q := n.queues[w.key]
+	return q != nil && len(q.waiters) > 0 && q.waiters[0] == w
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// released wakes the head waiter of key, if any.
+func (n *notifier) released(key string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if q := n.queues[key]; q != nil && len(q.waiters) > 0 {
+		signal(q.waiters[0].wake)
+	}
+}
+
+// group is the routing group of key's channel: every channel of a plain
+// client shares one connection; on a Cluster or a Ring, where channels
+// live on different nodes, each key has its own.
+func (c *Client) group(key string) string {
+	if _, ok := c.rdb.(*redis.Client); ok {
+		return ""
+	}
+	return key
+}
+
+// subscribe makes sure key's channel is subscribed, and for a new
+// connection waits (up to subscribeTimeout, or ctx) for Redis to confirm
+// it. An error means the caller must rely on its timer alone.
+func (c *Client) subscribe(ctx context.Context, key string) error {
+	n := &c.notify
+	n.mu.Lock()
+	q := n.queues[key]
+	if n.closed || q == nil || q.subscribed {
+		n.mu.Unlock()
+		return nil
+	}
+	q.subscribed = true
+	g := c.group(key)
+	s := n.subs[g]
+	n.mu.Unlock()
+
+	if s == nil {
+		fresh, err := c.newSubscriber(ctx, key)
+		n.mu.Lock()
+		switch {
+		case err != nil:
+			q.subscribed = false
+			n.mu.Unlock()
+			return err
+		case n.closed || n.subs[g] == nil && n.queues[key] != q:
+			// Closed, or the key's waiters all left meanwhile.
+			q.subscribed = false
+			n.mu.Unlock()
+			fresh.close()
+			return nil
+		case n.subs[g] == nil:
+			if n.subs == nil {
+				n.subs = make(map[string]*subscriber)
+			}
+			n.subs[g] = fresh
+			n.mu.Unlock()
+			return nil
+		}
+		// Another key opened the shared connection first: use it.
+		s = n.subs[g]
+		n.mu.Unlock()
+		fresh.close()
+	}
+	if s.sharded {
+		return s.ps.SSubscribe(ctx, key)
+	}
+	return s.ps.Subscribe(ctx, key)
+}
+
+// close closes the connection and waits for its reader to exit.
+func (s *subscriber) close() {
+	_ = s.ps.Close()
+	<-s.done
+}
+
+// newSubscriber opens a pub/sub connection subscribed to key's channel,
+// sharded if the server has it, and starts its reader.
+func (c *Client) newSubscriber(ctx context.Context, key string) (*subscriber, error) {
+	ctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+	defer cancel()
+	n := &c.notify
+	n.mu.Lock()
+	mode := n.sharded
+	n.mu.Unlock()
+
+	var ps *redis.PubSub
+	var err error
+	sharded := mode >= 0
+	if sharded {
+		ps = c.rdb.SSubscribe(ctx, key)
+		if _, err = ps.Receive(ctx); err != nil && isUnknownCommand(err) {
+			_ = ps.Close()
+			sharded = false
+			n.mu.Lock()
+			n.sharded = -1
+			n.mu.Unlock()
+		}
+	}
+	if !sharded {
+		ps = c.rdb.Subscribe(ctx, key)
+		_, err = ps.Receive(ctx)
+	}
+	if err != nil {
+		_ = ps.Close()
+		return nil, err
+	}
+	if sharded {
+		n.mu.Lock()
+		n.sharded = 1
+		n.mu.Unlock()
+	}
+	s := &subscriber{ps: ps, sharded: sharded, done: make(chan struct{})}
+	go s.read(n)
+	return s, nil
+}
+
+func isUnknownCommand(err error) bool {
+	return strings.Contains(strings.ToLower(err.Error()), "unknown command")
+}
+
+// read delivers notifications until the connection is closed.
+func (s *subscriber) read(n *notifier) {
+	defer close(s.done)
+	for {
+		msg, err := s.ps.Receive(context.Background())
+		if err != nil {
+			if errors.Is(err, redis.ErrClosed) || strings.Contains(err.Error(), "closed") {
+				return
+			}
+			// go-redis reconnects and resubscribes on the next Receive;
+			// messages sent meanwhile are lost, and timers cover them.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if m, ok := msg.(*redis.Message); ok {
+			n.released(m.Channel)
+		}
+	}
+}
+
+// unsubscribeLocked drops key's channel, and returns the subscriber to
+// close if no channel is left on it. c.notify.mu must be held.
+func (c *Client) unsubscribeLocked(key string) *subscriber {
+	n := &c.notify
+	g := c.group(key)
+	s := n.subs[g]
+	if s == nil {
+		return nil
+	}
+	if g != "" || !n.anySubscribedLocked() {
+		delete(n.subs, g)
+		return s
+	}
+	// The shared connection stays open for the other keys.
+	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+	defer cancel()
+	if s.sharded {
+		_ = s.ps.SUnsubscribe(ctx, key)
+	} else {
+		_ = s.ps.Unsubscribe(ctx, key)
+	}
+	return nil
+}
+
+func (n *notifier) anySubscribedLocked() bool {
+	for _, q := range n.queues {
+		if q.subscribed {
+			return true
+		}
+	}
+	return false
+}
+
+// closeAll marks the notifier closed, wakes every waiter, and closes every
+// subscriber, waiting for their readers.
+func (n *notifier) closeAll() {
+	n.mu.Lock()
+	n.closed = true
+	for _, q := range n.queues {
+		for _, w := range q.waiters {
+			signal(w.wake)
+			signal(w.turn)
+		}
+	}
+	subs := n.subs
+	n.subs = nil
+	n.mu.Unlock()
+	for _, s := range subs {
+		s.close()
+	}
+}
+
+func (n *notifier) isClosed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.closed
+}
+
+// Close ends the Client's background work: it wakes every Acquire or Do
+// waiting on it, which return ErrClosed, and closes its pub/sub
+// connections, waiting for their readers to exit. It does not release any
+// lock and does not close the go-redis client. Later calls that wait return
+// ErrClosed. Close is idempotent and always returns nil.
+func (c *Client) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.notify.closeAll()
+	return nil
+}

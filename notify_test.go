@@ -1,0 +1,113 @@
+package padlock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/padlock-go/padlock"
+)
+
+// neverPoll is a backoff so long that only a notification (or the
+// holder's ttl) can wake a waiter within a test.
+var neverPoll = padlock.WithBackoff(padlock.ExponentialBackoff(time.Hour, time.Hour))
+
+func TestReleaseWakesAWaiter(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		holder, err := e.c.TryAcquire(e.ctx, e.key, time.Hour)
+		require.NoError(t, err)
+		time.AfterFunc(100*time.Millisecond, func() { _ = holder.Release(context.Background()) })
+
+		ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+		defer cancel()
+		l, err := e.c.Acquire(ctx, e.key, time.Minute, neverPoll)
+		require.NoError(t, err, "only the release notification could have woken the waiter")
+		require.NoError(t, l.Release(e.ctx))
+	})
+}
+
+func TestWithoutNotificationsPolls(t *testing.T) {
+	e := newReal(t, nil)
+	holder, err := e.c.TryAcquire(e.ctx, e.key, time.Hour)
+	require.NoError(t, err)
+	time.AfterFunc(50*time.Millisecond, func() { _ = holder.Release(context.Background()) })
+
+	ctx, cancel := context.WithTimeout(e.ctx, time.Second)
+	defer cancel()
+	_, err = e.c.Acquire(ctx, e.key, time.Minute, neverPoll, padlock.WithoutNotifications())
+	require.ErrorIs(t, err, padlock.ErrNotAcquired, "without notifications the release goes unheard until the backoff")
+}
+
+// Waiters of one Client take the lock in the order they came, and each
+// release costs one attempt, not one per waiter.
+func TestWaitersAreServedInOrderOneAttemptPerRelease(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		const waiters = 6
+		require.NoError(t, e.c.TryDo(e.ctx, e.key+":warm", time.Minute, func(context.Context) error { return nil }))
+		holder, err := e.c.TryAcquire(e.ctx, e.key, time.Hour)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+		defer cancel()
+
+		var (
+			mu    sync.Mutex
+			order []int
+			wg    sync.WaitGroup
+		)
+		for i := range waiters {
+			wg.Go(func() {
+				l, err := e.c.Acquire(ctx, e.key, time.Hour, neverPoll)
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				assert.NoError(t, l.Release(e.ctx))
+			})
+			time.Sleep(50 * time.Millisecond) // let it queue before the next comes
+		}
+		e.n.reset()
+		require.NoError(t, holder.Release(e.ctx))
+		wg.Wait()
+		assert.Equal(t, []int{0, 1, 2, 3, 4, 5}, order, "first come, first served")
+		// Each handoff: one release, one attempt by the head.
+		if scripts := e.scripts(); scripts > 2*waiters+1 {
+			t.Errorf("%d script calls for %d handoffs: more than one attempt per release", scripts, waiters)
+		}
+	})
+}
+
+func TestCloseWakesWaiters(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		c := padlock.New(e.rdb)
+		holder, err := c.TryAcquire(e.ctx, e.key, time.Hour)
+		require.NoError(t, err)
+		errs := make(chan error, 3)
+		for range 3 {
+			go func() {
+				_, err := c.Acquire(e.ctx, e.key, time.Minute, neverPoll)
+				errs <- err
+			}()
+		}
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, c.Close())
+		for range 3 {
+			select {
+			case err := <-errs:
+				require.ErrorIs(t, err, padlock.ErrClosed)
+				assert.NotErrorIs(t, err, padlock.ErrNotAcquired)
+			case <-time.After(5 * time.Second):
+				t.Fatal("a waiter was not woken by Close")
+			}
+		}
+		_, err = c.Acquire(e.ctx, e.key, time.Minute)
+		require.ErrorIs(t, err, padlock.ErrClosed)
+		require.NoError(t, c.Close(), "idempotent")
+		require.NoError(t, holder.Release(e.ctx), "locks stay usable after Close")
+	})
+}
