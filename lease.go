@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// KeepAlive keeps the lock alive while the returned context is in use: a
-// background renewer extends it by its ttl about every ttl/3. It does not
-// block.
+// KeepAlive keeps the lock alive while the returned context is in use: the
+// Client's renewal scheduler extends it by its ttl about every ttl/3. It
+// does not block.
 //
 // The returned context is cancelled, with a cause that matches ErrLost, as
 // soon as a renewal finds the lock no longer ours, and, when Redis cannot be
@@ -19,16 +19,18 @@ import (
 // done or the stop function is called, and then renewing stops.
 //
 // The stop function is idempotent. It stops renewing, unless another
-// KeepAlive of the same lock is still active, and waits for the renewer to
-// exit. Release stops every KeepAlive of the lock; nothing renews a lock
-// after Release. On a lock that is released, lost or invalid, KeepAlive
-// returns a context that is already cancelled, with cause ErrNotHeld,
-// ErrLost or ErrInvalid.
+// KeepAlive of the same lock is still active, and waits until no renewal
+// of the lock is in flight. Release stops every KeepAlive of the lock;
+// nothing renews a lock after Release. On a lock that is released, lost or
+// invalid, or whose Client is closed, KeepAlive returns a context that is
+// already cancelled, with cause ErrNotHeld, ErrLost, ErrInvalid or
+// ErrClosed.
 //
-// Renewal round trips are bounded by the local deadline through their
-// context; go-redis honours it only with ContextTimeoutEnabled, and
-// otherwise by its ReadTimeout, which also bounds how long stop may wait
-// for a renewal in flight. The loss signal does not wait for either.
+// Renewals of all the Client's locks that fall due close together go to
+// Redis as one pipeline, from one goroutine per Client. Their round trips
+// are bounded by go-redis's ReadTimeout (and by the local deadline with
+// ContextTimeoutEnabled), which also bounds how long stop may wait; the
+// loss signal does not wait for them.
 func (l *Lock) KeepAlive(ctx context.Context) (context.Context, context.CancelFunc) {
 	err := l.usable(ctx)
 	if ctx == nil {
@@ -57,22 +59,23 @@ func (l *Lock) KeepAlive(ctx context.Context) (context.Context, context.CancelFu
 		l.regs = make(map[*keepAlive]struct{})
 	}
 	l.regs[ka] = struct{}{}
-	if l.renewer == nil {
-		l.renewer = l.startRenewer(ctx)
+	var fresh *lease
+	if l.lease == nil {
+		fresh = &lease{l: l, ttl: l.ttl, sent: l.sent}
+		l.lease = fresh
 	}
-	r := l.renewer
 	l.mu.Unlock()
+	if fresh != nil && !l.c.sched.add(fresh) {
+		l.lose(fmt.Errorf("%w: %q", ErrClosed, l.key))
+	}
 
-	unwatch := context.AfterFunc(kctx, func() { l.unregister(ka) })
+	unwatch := context.AfterFunc(kctx, func() { l.unregister(ka).wait() })
 	var once sync.Once
 	return kctx, func() {
 		once.Do(func() {
 			unwatch()
 			cancel(context.Canceled)
-			l.unregister(ka)
-			if r.ctx.Err() != nil {
-				<-r.done
-			}
+			l.unregister(ka).wait()
 		})
 	}
 }
@@ -82,168 +85,72 @@ type keepAlive struct {
 	cancel context.CancelCauseFunc
 }
 
-// unregister ends ka's share in the renewer, and halts the renewer if ka
-// was the last KeepAlive of l.
-func (l *Lock) unregister(ka *keepAlive) {
+// unregister ends ka's share in keeping l alive; when it was the last, l
+// leaves the scheduler. It returns what the caller must wait for before
+// no renewal of l can be in flight.
+func (l *Lock) unregister(ka *keepAlive) waitFor {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if _, ok := l.regs[ka]; !ok {
-		return
+		ls := l.lease
+		l.mu.Unlock()
+		if ls != nil {
+			return nil // others still keep it alive
+		}
+		return l.c.sched.settled(l)
 	}
 	delete(l.regs, ka)
-	if len(l.regs) == 0 && l.renewer != nil {
-		l.renewer.halt()
-		l.renewer = nil
+	var ls *lease
+	if len(l.regs) == 0 {
+		ls, l.lease = l.lease, nil
 	}
+	l.mu.Unlock()
+	if ls == nil {
+		return nil
+	}
+	return l.c.sched.remove(ls)
 }
 
-// stopKeepAlives cancels every KeepAlive context of l with cause and halts
-// the renewer, which it returns so the caller can wait for it once l.mu is
-// unlocked. l.mu must be held.
-func (l *Lock) stopKeepAlives(cause error) *renewer {
+// stopKeepAlives cancels every KeepAlive context of l with cause and takes
+// l out of the scheduler. It returns what to wait for before no renewal of
+// l can be in flight; wait only once l.mu is unlocked. l.mu must be held.
+func (l *Lock) stopKeepAlives(cause error) func() waitFor {
 	for ka := range l.regs {
 		ka.cancel(cause)
 	}
 	clear(l.regs)
-	r := l.renewer
-	if r != nil {
-		r.halt()
-		l.renewer = nil
+	ls := l.lease
+	l.lease = nil
+	return func() waitFor {
+		if ls == nil {
+			return l.c.sched.settled(l)
+		}
+		return l.c.sched.remove(ls)
 	}
-	return r
 }
 
 // lose marks l lost with cause (the first cause wins) and ends every
-// KeepAlive of it. It does not wait for the renewer, so the renewer itself
-// may call it.
+// KeepAlive of it. It does not wait, so the scheduler itself may call it.
 func (l *Lock) lose(cause error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.loseLocked(cause)
-}
-
-func (l *Lock) loseLocked(cause error) {
 	if l.lost == nil {
 		l.lost = cause
 	}
-	l.stopKeepAlives(l.lost)
+	after := l.stopKeepAlives(l.lost)
+	l.mu.Unlock()
+	after()
 }
 
-// A renewer is the goroutine that extends a lock while any KeepAlive of it
-// is active, and the timer that declares the lock lost at its local
-// deadline if no renewal has moved that deadline by then.
-type renewer struct {
-	ctx    context.Context // cancelled by halt; ends a renewal in flight
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the goroutine has exited
-	timer  *time.Timer   // fires at the lock's local deadline
-	err    error         // the last renewal error, under the Lock's mu
-}
-
-// startRenewer starts l's renewer. l.mu must be held.
-func (l *Lock) startRenewer(ctx context.Context) *renewer {
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &renewer{ctx: rctx, cancel: cancel, done: make(chan struct{})}
-	r.timer = time.AfterFunc(time.Until(l.deadline()), func() { l.expire(r) })
-	go l.renew(r)
-	return r
-}
-
-// halt asks the renewer to stop; it does not wait for it.
-func (r *renewer) halt() {
-	r.cancel()
-	r.timer.Stop()
-}
-
-// wait waits for a halted renewer to exit. A nil renewer has nothing to
-// wait for.
-func (r *renewer) wait() {
-	if r != nil {
-		<-r.done
-	}
-}
-
-// moved re-arms the deadline timer after a successful extend. The Lock's
-// mu must be held.
-func (r *renewer) moved(deadline time.Time) {
-	if r.ctx.Err() == nil {
-		r.timer.Reset(time.Until(deadline))
-	}
-}
-
-// expire runs when r's timer fires: if the local deadline has really
-// passed, the lock is lost.
-func (l *Lock) expire(r *renewer) {
+// extended records a successful extend sent at sent with ttl, moving the
+// local deadline, and tells the scheduler.
+func (l *Lock) extended(sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.renewer != r {
-		return // halted meanwhile
+	if sent.After(l.sent) {
+		l.sent, l.ttl = sent, ttl
 	}
-	if d := time.Until(l.deadline()); d > 0 {
-		r.timer.Reset(d)
-		return
-	}
-	cause := fmt.Errorf("%w: %q: no renewal reached Redis before the local deadline", ErrLost, l.key)
-	if r.err != nil {
-		cause = fmt.Errorf("%w: %w", cause, r.err)
-	}
-	l.loseLocked(cause)
-}
-
-// renew is the renewer's goroutine: it extends l about every ttl/3 after
-// the last successful acquire or extend, and sooner again after an error,
-// until r is halted or Redis says the lock is not ours.
-func (l *Lock) renew(r *renewer) {
-	defer close(r.done)
-	var retryAt time.Time
-	for {
-		l.mu.Lock()
-		next := l.sent.Add(l.ttl / 3)
-		l.mu.Unlock()
-		if retryAt.After(next) {
-			next = retryAt
-		}
-		if !sleepUntil(r.ctx, next) {
-			return
-		}
-		l.mu.Lock()
-		ttl, deadline := l.ttl, l.deadline()
-		l.mu.Unlock()
-		ctx, cancel := context.WithDeadline(r.ctx, deadline)
-		ok, err := l.extend(ctx, ttl)
-		cancel()
-		if r.ctx.Err() != nil {
-			return
-		}
-		switch {
-		case err == nil && ok:
-			retryAt = time.Time{}
-		case err == nil:
-			l.lose(fmt.Errorf("%w: %q: renewal found it no longer ours", ErrLost, l.key))
-			return
-		default:
-			l.mu.Lock()
-			r.err = err
-			l.mu.Unlock()
-			retryAt = time.Now().Add(max(ttl/16, time.Millisecond))
-		}
-	}
-}
-
-// sleepUntil waits until t or until ctx is done, and reports whether ctx is
-// still live.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
+	ls := l.lease
+	l.mu.Unlock()
+	if ls != nil {
+		l.c.sched.moved(ls, sent, ttl)
 	}
 }
 

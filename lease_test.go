@@ -3,6 +3,8 @@ package padlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -347,4 +349,43 @@ func TestDoWaitsForTheHolder(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.NoError(t, l.Release(e.ctx))
 	})
+}
+
+// Many kept-alive locks are renewed by one goroutine, in pipelines: far
+// fewer round trips than renewals, and no goroutine per lock.
+func TestManyLeasesShareRoundTrips(t *testing.T) {
+	e := newReal(t, nil)
+	const n, ttl = 300, 600 * time.Millisecond
+	require.NoError(t, e.rdb.Ping(e.ctx).Err())
+	before := runtime.NumGoroutine()
+	locks := make([]*padlock.Lock, n)
+	stops := make([]context.CancelFunc, n)
+	ctxs := make([]context.Context, n)
+	for i := range n {
+		l, err := e.c.TryAcquire(e.ctx, fmt.Sprintf("%s:%d", e.key, i), ttl)
+		require.NoError(t, err)
+		locks[i] = l
+		ctxs[i], stops[i] = l.KeepAlive(e.ctx)
+		if i%50 == 0 {
+			time.Sleep(20 * time.Millisecond) // spread the due times
+		}
+	}
+	assert.LessOrEqual(t, runtime.NumGoroutine()-before, 4, "goroutines for %d leases", n)
+	e.n.reset()
+	time.Sleep(2 * time.Second) // over three ttls
+	trips, cmds := e.n.reset()
+	renewals := 0
+	for _, c := range cmds {
+		if c == "evalsha" || c == "eval" {
+			renewals++
+		}
+	}
+	// Each lock is renewed every ~200ms: about 10 renewals each in 2s.
+	assert.GreaterOrEqual(t, renewals, n*5, "renewals")
+	assert.LessOrEqual(t, trips, 60, "%d round trips for %d renewals: not batched", trips, renewals)
+	for i := range n {
+		require.NoError(t, ctxs[i].Err(), "lease %d lost: %v", i, context.Cause(ctxs[i]))
+		stops[i]()
+		require.NoError(t, locks[i].Release(e.ctx))
+	}
 }

@@ -32,6 +32,7 @@ type Client struct {
 	rdb    redis.UniversalClient
 	opts   options
 	notify notifier
+	sched  scheduler
 	// wait sleeps for d, or until ctx ends (returning its error), when
 	// notifications are off.
 	wait func(ctx context.Context, key string, d time.Duration) error
@@ -45,6 +46,7 @@ type Client struct {
 // panic: every call on the returned Client fails with ErrInvalid.
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{opts: defaultOptions().with(opts), wait: sleep}
+	c.sched.c = c
 	if !isNil(rdb) {
 		c.rdb = rdb
 	}
@@ -259,7 +261,7 @@ type Lock struct {
 	keys     []string // the key, then its fence key when fenced (acquire only)
 
 	// extendMu serializes Extend round trips, the caller's and the
-	// renewer's, so the local deadline follows the last one Redis ran.
+	// scheduler's, so the local deadline follows the last one Redis ran.
 	extendMu sync.Mutex
 
 	mu       sync.Mutex
@@ -269,7 +271,7 @@ type Lock struct {
 	released bool          // Release succeeded, or found the lock not held
 	noRenew  bool          // Release was called: no keep-alive may start
 	lost     error         // why the lock was lost, once it was
-	renewer  *renewer      // the running keep-alive, if any
+	lease    *lease        // in the Client's scheduler while kept alive
 	regs     map[*keepAlive]struct{}
 }
 
@@ -367,9 +369,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	l.noRenew = true
 	released := l.released
-	r := l.stopKeepAlives(context.Canceled)
+	after := l.stopKeepAlives(context.Canceled)
 	l.mu.Unlock()
-	r.wait()
+	after().wait()
 	if released {
 		return l.notHeld()
 	}
@@ -440,12 +442,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	if err != nil || n == 0 {
 		return false, err
 	}
-	l.mu.Lock()
-	l.sent, l.ttl = sent, ttl
-	if r := l.renewer; r != nil {
-		r.moved(l.deadline())
-	}
-	l.mu.Unlock()
+	l.extended(sent, ttl)
 	return true, nil
 }
 

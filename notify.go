@@ -330,15 +330,17 @@ func (n *notifier) isClosed() bool {
 	return n.closed
 }
 
-// Close ends the Client's background work: it wakes every Acquire or Do
-// waiting on it, which return ErrClosed, and closes its pub/sub
-// connections, waiting for their readers to exit. It does not release any
-// lock and does not close the go-redis client. Later calls that wait return
-// ErrClosed. Close is idempotent and always returns nil.
+// Close ends the Client's background work and waits for its goroutines to
+// exit: every Acquire or Do waiting on it returns ErrClosed, and every
+// KeepAlive of its locks ends with cause ErrClosed (renewing stops; the
+// locks stay held in Redis until released or expired). It does not release
+// any lock and does not close the go-redis client. Later calls that wait or
+// keep alive return ErrClosed. Close is idempotent and always returns nil.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
 	}
 	c.notify.closeAll()
+	c.sched.close()
 	return nil
 }

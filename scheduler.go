@@ -1,0 +1,320 @@
+package padlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The renewal scheduler: one per Client, it renews every lock kept alive
+// through that Client. A lock is due a renewal ttl/3 after its last
+// successful acquire or extend was sent; when the scheduler wakes for the
+// earliest due lock it also takes every lock that would fall due within the
+// next ttl/30 of its own, and renews them all in one pipeline, one round
+// trip. It runs one goroutine while it has locks to renew, and at most one
+// pipeline at a time in another. It declares a lock lost at its local
+// deadline, whether or not a pipeline is in flight.
+
+// scheduler is a Client's renewal scheduler.
+type scheduler struct {
+	c        *Client
+	mu       sync.Mutex
+	closed   bool
+	leases   map[*lease]struct{}
+	inflight *batch        // the pipeline in flight, if any
+	done     chan struct{} // closed when the goroutine exits; nil while none runs
+	kick     chan struct{} // wakes the goroutine to look again
+}
+
+// A lease is a lock in the scheduler. Its fields are guarded by the
+// scheduler's mu.
+type lease struct {
+	l       *Lock
+	ttl     time.Duration
+	sent    time.Time // when the last successful acquire or extend was sent
+	retryAt time.Time // after a failed renewal: not before then
+	err     error     // the last renewal error
+}
+
+func (ls *lease) due() time.Time { return ls.sent.Add(ls.ttl / 3) }
+
+// early is the earliest a lease may be renewed to share a pipeline.
+func (ls *lease) early() time.Time { return ls.due().Add(-ls.ttl / 30) }
+
+func (ls *lease) deadline() time.Time { return ls.sent.Add(ls.ttl - drift(ls.ttl)) }
+
+// A batch is one pipeline of renewals in flight.
+type batch struct {
+	leases []*lease
+	done   chan struct{}
+}
+
+// waitFor is a channel to wait on; nil means nothing to wait for.
+type waitFor <-chan struct{}
+
+func (w waitFor) wait() {
+	if w != nil {
+		<-w
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// add puts ls in the scheduler and starts its goroutine if needed. It
+// reports false if the Client is closed.
+func (s *scheduler) add(ls *lease) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if s.leases == nil {
+		s.leases = make(map[*lease]struct{})
+	}
+	s.leases[ls] = struct{}{}
+	if s.done == nil {
+		s.done = make(chan struct{})
+		s.kick = make(chan struct{}, 1)
+		go s.run(s.done, s.kick)
+	} else {
+		signal(s.kick)
+	}
+	return true
+}
+
+// remove takes ls out of the scheduler. It returns what to wait for before
+// no renewal of ls is in flight: the pipeline carrying it, or, if ls was
+// the last lease, the scheduler's goroutine, which then exits.
+func (s *scheduler) remove(ls *lease) waitFor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.leases, ls)
+	if len(s.leases) == 0 && s.done != nil {
+		signal(s.kick)
+		return s.done
+	}
+	return s.inflightFor(ls.l)
+}
+
+// settled returns what to wait for before no renewal of l is in flight.
+func (s *scheduler) settled(l *Lock) waitFor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.leases) == 0 && s.done != nil {
+		return s.done
+	}
+	return s.inflightFor(l)
+}
+
+// inflightFor is settled with s.mu held.
+func (s *scheduler) inflightFor(l *Lock) waitFor {
+	if s.inflight == nil {
+		return nil
+	}
+	for _, ls := range s.inflight.leases {
+		if ls.l == l {
+			return s.inflight.done
+		}
+	}
+	return nil
+}
+
+// moved records a successful extend of ls sent at sent with ttl.
+func (s *scheduler) moved(ls *lease, sent time.Time, ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sent.After(ls.sent) {
+		ls.sent, ls.ttl, ls.retryAt, ls.err = sent, ttl, time.Time{}, nil
+	}
+	if s.kick != nil {
+		signal(s.kick)
+	}
+}
+
+// close ends every lease with cause ErrClosed and waits for the goroutine.
+func (s *scheduler) close() {
+	s.mu.Lock()
+	s.closed = true
+	leases := make([]*lease, 0, len(s.leases))
+	for ls := range s.leases {
+		leases = append(leases, ls)
+	}
+	done := s.done
+	s.mu.Unlock()
+	for _, ls := range leases {
+		ls.l.lose(fmt.Errorf("%w: %q: keep-alive ended by Close", ErrClosed, ls.l.key))
+	}
+	waitFor(done).wait()
+}
+
+// run is the scheduler's goroutine.
+func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
+	defer close(done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	finished := make(chan *batch, 1)
+	for {
+		now := time.Now()
+		var due, lost []*lease
+		s.mu.Lock()
+		if len(s.leases) == 0 && s.inflight == nil {
+			s.done, s.kick = nil, nil
+			s.mu.Unlock()
+			return
+		}
+		wake := now.Add(time.Hour)
+		for ls := range s.leases {
+			d := ls.deadline()
+			if !now.Before(d) {
+				lost = append(lost, ls)
+				continue
+			}
+			wake = earliest(wake, d)
+			if s.inflight != nil {
+				continue // one pipeline at a time: the rest wait for it
+			}
+			if !now.Before(latest(ls.early(), ls.retryAt)) {
+				due = append(due, ls)
+			} else {
+				wake = earliest(wake, latest(ls.due(), ls.retryAt))
+			}
+		}
+		causes := make([]error, len(lost))
+		for i, ls := range lost {
+			delete(s.leases, ls)
+			causes[i] = fmt.Errorf("%w: %q: no renewal reached Redis before the local deadline", ErrLost, ls.l.key)
+			if ls.err != nil {
+				causes[i] = fmt.Errorf("%w: %w", causes[i], ls.err)
+			}
+		}
+		if len(due) > 0 {
+			b := &batch{leases: due, done: make(chan struct{})}
+			s.inflight = b
+			go s.renew(b, finished)
+		}
+		s.mu.Unlock()
+
+		for i, ls := range lost {
+			ls.l.lose(causes[i])
+		}
+		if len(lost) > 0 {
+			continue
+		}
+		timer.Reset(time.Until(wake))
+		select {
+		case <-timer.C:
+		case <-kick:
+		case b := <-finished:
+			s.mu.Lock()
+			s.inflight = nil
+			s.mu.Unlock()
+			close(b.done)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// renew sends one pipeline of extends for b's leases and applies the
+// results. It does not hold s.mu during the round trip.
+func (s *scheduler) renew(b *batch, finished chan<- *batch) {
+	defer func() { finished <- b }()
+	rdb := s.c.rdb
+	var deadline time.Time
+	locked := b.leases[:0:0]
+	s.mu.Lock()
+	for _, ls := range b.leases {
+		// A caller's Extend in flight moves the deadline itself.
+		if ls.l.extendMu.TryLock() {
+			locked = append(locked, ls)
+			if d := ls.deadline(); deadline.IsZero() || d.Before(deadline) {
+				deadline = d
+			}
+		}
+	}
+	ttls := make([]time.Duration, len(locked))
+	for i, ls := range locked {
+		ttls[i] = ls.ttl
+	}
+	s.mu.Unlock()
+	defer func() {
+		for _, ls := range locked {
+			ls.l.extendMu.Unlock()
+		}
+	}()
+	if len(locked) == 0 {
+		return
+	}
+
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	sent := time.Now()
+	cmds := s.extendAll(ctx, rdb, locked, ttls)
+	var noscript bool
+	for _, cmd := range cmds {
+		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			noscript = true
+		}
+	}
+	if noscript {
+		// A flushed or restarted server: load the script, and try again.
+		_ = extendScript.Load(ctx, rdb).Err()
+		sent = time.Now()
+		cmds = s.extendAll(ctx, rdb, locked, ttls)
+	}
+	retry := time.Now()
+	for i, ls := range locked {
+		n, err := cmds[i].Int64()
+		switch {
+		case err == nil && n == 1:
+			ls.l.extended(sent, ttls[i])
+		case err == nil:
+			ls.l.lose(fmt.Errorf("%w: %q: renewal found it no longer ours", ErrLost, ls.l.key))
+		default:
+			s.mu.Lock()
+			ls.err = err
+			ls.retryAt = retry.Add(max(ttls[i]/16, time.Millisecond))
+			s.mu.Unlock()
+		}
+	}
+}
+
+// extendAll sends one pipeline of extends, one per lease, and returns their
+// commands.
+func (s *scheduler) extendAll(ctx context.Context, rdb redis.UniversalClient, leases []*lease, ttls []time.Duration) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(leases))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, ls := range leases {
+			cmds[i] = extendScript.EvalSha(ctx, p, ls.l.keys[:1], ls.l.value, ttls[i].Milliseconds())
+		}
+		return nil
+	})
+	if err != nil {
+		// Commands the pipeline never ran carry no reply: give them its error.
+		for _, cmd := range cmds {
+			if cmd.Err() == nil && cmd.Val() == nil {
+				cmd.SetErr(err)
+			}
+		}
+	}
+	return cmds
+}
