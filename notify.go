@@ -20,6 +20,9 @@ import (
 // which makes one attempt. The head also keeps its own timer (the holder's
 // remaining ttl, or the backoff), in case a message is lost.
 
+// errAlreadySubscribed: someone else subscribed the channel.
+var errAlreadySubscribed = errors.New("padlock: already subscribed")
+
 // releasedMsg is the payload of a release notification.
 const releasedMsg = "released"
 
@@ -154,14 +157,19 @@ func (c *Client) group(key string) string {
 
 // subscribe makes sure key's channel is subscribed, and for a new
 // connection waits (up to subscribeTimeout, or ctx) for Redis to confirm
-// it. An error means the caller must rely on its timer alone.
-func (c *Client) subscribe(ctx context.Context, key string) error {
+// it. It reports whether this call subscribed the channel; on failure the
+// waiters rely on their timers alone.
+func (c *Client) subscribe(ctx context.Context, key string) bool {
+	return c.trySubscribe(ctx, key) == nil
+}
+
+func (c *Client) trySubscribe(ctx context.Context, key string) error {
 	n := &c.notify
 	n.mu.Lock()
 	q := n.queues[key]
 	if n.closed || q == nil || q.subscribed {
 		n.mu.Unlock()
-		return nil
+		return errAlreadySubscribed
 	}
 	q.subscribed = true
 	g := c.group(key)
@@ -181,7 +189,7 @@ func (c *Client) subscribe(ctx context.Context, key string) error {
 			q.subscribed = false
 			n.mu.Unlock()
 			fresh.close()
-			return nil
+			return errAlreadySubscribed
 		case n.subs[g] == nil:
 			if n.subs == nil {
 				n.subs = make(map[string]*subscriber)

@@ -104,16 +104,16 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 				return nil, err
 			}
 			held = true
-			if w != nil && !subscribed {
-				subscribed = true
-				if c.subscribe(ctx, l.key) == nil {
-					// A release between the attempt and the subscription
-					// would go unheard: look once more.
-					attempt--
-					continue
-				}
-			}
 			d = waitTime(o.backoff, attempt, pttl)
+		}
+		if w != nil && !subscribed {
+			subscribed = true
+			if c.subscribe(ctx, l.key) && head && mustAttempt {
+				// A release between our attempt and the subscription
+				// would go unheard: look once more.
+				attempt--
+				continue
+			}
 		}
 		mustAttempt = true
 

@@ -19,11 +19,20 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// T is what Start needs of a test: *testing.T and *testing.B have it, and
+// a program (the benchmarks in bench/) can provide it too.
+type T interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+	TempDir() string
+}
 
 // startTimeout bounds how long a server may take to answer PING.
 const startTimeout = 10 * time.Second
@@ -52,7 +61,7 @@ func WithArgs(args ...string) Option {
 
 // A Server is one redis-server process started by Start.
 type Server struct {
-	t    testing.TB
+	t    T
 	dir  string
 	args []string
 	conf string
@@ -70,7 +79,7 @@ func Required() bool { return os.Getenv("PADLOCK_REDIS") == "required" }
 
 // Available reports whether redis-server is on PATH. When it is not, it
 // fails t if Required, and skips it otherwise.
-func Available(t testing.TB) {
+func Available(t T) {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if Required() {
@@ -83,7 +92,7 @@ func Available(t testing.TB) {
 // Start starts a redis-server on a free 127.0.0.1 port, with persistence
 // off unless an Option turns it on, and waits until it answers PING. The
 // server is killed when the test ends.
-func Start(t testing.TB, opts ...Option) *Server {
+func Start(t T, opts ...Option) *Server {
 	t.Helper()
 	Available(t)
 	var c config
@@ -292,7 +301,7 @@ func (s *Server) cleanup() {
 // that owns all 16384 slots. It checks slots as a bigger cluster does (a
 // script's keys must share one slot), and go-redis's ClusterClient talks to
 // it as to any cluster.
-func StartCluster(t testing.TB) *Server {
+func StartCluster(t T) *Server {
 	t.Helper()
 	s := Start(t, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"))
 	rdb := s.Client()
@@ -315,7 +324,7 @@ func StartCluster(t testing.TB) *Server {
 
 // StartSentinel starts a Redis Sentinel that monitors primary under the
 // name master, with a quorum of 1, for go-redis's failover clients.
-func StartSentinel(t testing.TB, primary *Server, master string) *Server {
+func StartSentinel(t T, primary *Server, master string) *Server {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "sentinel.conf")
 	line := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\n", master, primary.Port())

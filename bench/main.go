@@ -1,0 +1,417 @@
+// Command bench measures padlock side by side with github.com/bsm/redislock,
+// github.com/go-redsync/redsync and a hand-written go-redis lock (the
+// floor), on one real redis-server that it starts on a loopback port.
+//
+//	cd bench && go run . [-duration 3s] [-rounds 3] [-scenario all]
+//
+// Scenarios: uncontended (8 goroutines, distinct keys), contended (16
+// goroutines, one key, 2ms hold), procs (4 processes x 4 goroutines, one
+// key, 2ms hold) and leases (10,000 padlock locks kept alive). In each
+// scenario the implementations take turns, in rounds, so that a noisy
+// neighbour hurts them alike. Peers that cannot be woken on release poll
+// every 10ms while they wait.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/padlock-go/padlock/internal/redistest"
+)
+
+var (
+	duration = flag.Duration("duration", 3*time.Second, "time each implementation runs in each scenario, over all rounds")
+	rounds   = flag.Int("rounds", 3, "turns each implementation takes per scenario")
+	scenario = flag.String("scenario", "all", "uncontended, contended, procs, leases, or all")
+	only     = flag.String("impl", "", "run only this implementation (padlock, redislock, redsync, go-redis-floor)")
+
+	// Flags for the child processes of the procs scenario.
+	child      = flag.Bool("child", false, "internal: run as a child of the procs scenario")
+	childAddr  = flag.String("addr", "", "internal: redis address")
+	childStart = flag.Int64("start", 0, "internal: start time, unix nanoseconds")
+	childGor   = flag.Int("goroutines", 4, "internal: goroutines")
+)
+
+const (
+	holdFor   = 2 * time.Millisecond
+	lockTTL   = 10 * time.Second
+	pollEvery = 10 * time.Millisecond
+)
+
+func main() {
+	flag.Parse()
+	redis.SetLogger(quiet{})
+	if *child {
+		runChild()
+		return
+	}
+	env := &benchEnv{}
+	defer env.cleanup()
+	srv := redistest.Start(env)
+	fmt.Printf("redis-server on %s; %d CPUs; %v per implementation per scenario in %d rounds\n\n",
+		srv.Addr(), runtime.NumCPU(), *duration, *rounds)
+
+	run := func(name string, f func(addr string)) {
+		if *scenario == "all" || *scenario == name {
+			f(srv.Addr())
+		}
+	}
+	run("uncontended", uncontended)
+	run("contended", contended)
+	run("procs", procs)
+	run("leases", leases)
+}
+
+// quiet is a go-redis logger that drops everything.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// benchEnv is the little of testing.T that redistest needs.
+type benchEnv struct {
+	cleanups []func()
+	dirs     []string
+}
+
+func (e *benchEnv) Helper()                      {}
+func (e *benchEnv) Cleanup(f func())             { e.cleanups = append(e.cleanups, f) }
+func (e *benchEnv) Skip(args ...any)             { e.Fatalf("%s", fmt.Sprint(args...)) }
+func (e *benchEnv) Fatalf(f string, args ...any) { e.cleanup(); log.Fatalf(f, args...) }
+func (e *benchEnv) TempDir() string {
+	d, err := os.MkdirTemp("", "padlock-bench")
+	if err != nil {
+		e.Fatalf("%v", err)
+	}
+	e.dirs = append(e.dirs, d)
+	return d
+}
+
+func (e *benchEnv) cleanup() {
+	for i := len(e.cleanups) - 1; i >= 0; i-- {
+		e.cleanups[i]()
+	}
+	e.cleanups = nil
+	for _, d := range e.dirs {
+		_ = os.RemoveAll(d)
+	}
+	e.dirs = nil
+}
+
+// counter counts round trips on a go-redis client: a command or a pipeline.
+type counter struct{ trips atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.trips.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.trips.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// serverCalls is the number of commands Redis has run, from INFO
+// commandstats (commands run by scripts included).
+func serverCalls(rdb *redis.Client) int64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		log.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		_, rest, ok := strings.Cut(line, ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+		total += n
+	}
+	return total
+}
+
+func mallocs() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.Mallocs
+}
+
+// stats is what one implementation did in one scenario, over its rounds.
+type stats struct {
+	cycles  int64
+	elapsed time.Duration
+	trips   int64
+	calls   int64
+	allocs  uint64
+	waits   []time.Duration
+}
+
+func (s *stats) perSec() float64 { return float64(s.cycles) / s.elapsed.Seconds() }
+
+func (s *stats) per(n int64) float64 {
+	if s.cycles == 0 {
+		return 0
+	}
+	return float64(n) / float64(s.cycles)
+}
+
+func (s *stats) pct(p float64) time.Duration {
+	if len(s.waits) == 0 {
+		return 0
+	}
+	slices.Sort(s.waits)
+	return s.waits[min(len(s.waits)-1, int(p*float64(len(s.waits))))]
+}
+
+func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) }
+
+// turns runs each implementation for duration/rounds at a time, in turn,
+// rounds times, with f doing one turn, and returns their stats.
+func turns(addr string, f func(l locker, rdb *redis.Client, d time.Duration) (cycles int64, waits []time.Duration)) map[string]*stats {
+	all := map[string]*stats{}
+	for r := 0; r < *rounds; r++ {
+		list := impls()
+		// Rotate the order each round.
+		list = append(list[r%len(list):], list[:r%len(list)]...)
+		for _, im := range list {
+			rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+			cnt := &counter{}
+			rdb.AddHook(cnt)
+			l := im.new(rdb)
+			s := all[im.name]
+			if s == nil {
+				s = &stats{}
+				all[im.name] = s
+			}
+			calls0, allocs0, start := serverCalls(rdb), mallocs(), time.Now()
+			cnt.trips.Store(0)
+			cycles, waits := f(l, rdb, *duration/time.Duration(*rounds))
+			s.elapsed += time.Since(start)
+			s.allocs += mallocs() - allocs0
+			s.trips += cnt.trips.Load()
+			s.calls += serverCalls(rdb) - calls0 - 1 // not the INFO itself
+			s.cycles += cycles
+			s.waits = append(s.waits, waits...)
+			l.close()
+			_ = rdb.Close()
+		}
+	}
+	return all
+}
+
+func names() []string {
+	var out []string
+	for _, im := range impls() {
+		out = append(out, im.name)
+	}
+	return out
+}
+
+// uncontended: 8 goroutines, each on its own key, take and release it.
+func uncontended(addr string) {
+	const goroutines = 8
+	all := turns(addr, func(l locker, _ *redis.Client, d time.Duration) (int64, []time.Duration) {
+		var cycles atomic.Int64
+		var wg sync.WaitGroup
+		stop := time.Now().Add(d)
+		for g := range goroutines {
+			wg.Go(func() {
+				key := "bench:uncontended:" + strconv.Itoa(g)
+				ctx := context.Background()
+				for time.Now().Before(stop) {
+					unlock, err := l.try(ctx, key, lockTTL)
+					if err != nil {
+						log.Fatalf("%s: %v", l, err)
+					}
+					if err := unlock(ctx); err != nil {
+						log.Fatalf("%s: release: %v", l, err)
+					}
+					cycles.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return cycles.Load(), nil
+	})
+	fmt.Printf("## Uncontended: %d goroutines, distinct keys, acquire + release\n\n", goroutines)
+	fmt.Println("| implementation | cycles/s | vs floor | round trips/cycle | Redis commands/cycle | allocs/cycle |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: |")
+	floor := all["go-redis-floor"]
+	for _, name := range names() {
+		s := all[name]
+		if s == nil {
+			continue
+		}
+		rel := "-"
+		if floor != nil {
+			rel = fmt.Sprintf("%.2f", s.perSec()/floor.perSec())
+		}
+		fmt.Printf("| %s | %.0f | %s | %.2f | %.2f | %.1f |\n", name, s.perSec(), rel, s.per(s.trips), s.per(s.calls), s.per(int64(s.allocs)))
+	}
+	fmt.Println()
+}
+
+// holdLoop runs goroutines that each, until d has passed, wait for key,
+// hold it for holdFor, and release it. It returns the cycles and the waits.
+func holdLoop(l locker, key string, goroutines int, stop time.Time) (int64, []time.Duration) {
+	var (
+		mu     sync.Mutex
+		waits  []time.Duration
+		cycles atomic.Int64
+		wg     sync.WaitGroup
+	)
+	for range goroutines {
+		wg.Go(func() {
+			var mine []time.Duration
+			for time.Now().Before(stop) {
+				ctx, cancel := context.WithDeadline(context.Background(), stop.Add(time.Second))
+				start := time.Now()
+				unlock, err := l.lock(ctx, key, lockTTL)
+				cancel()
+				if err != nil {
+					break // the run is over
+				}
+				mine = append(mine, time.Since(start))
+				time.Sleep(holdFor)
+				if err := unlock(context.Background()); err != nil {
+					log.Fatalf("%s: release: %v", l, err)
+				}
+				cycles.Add(1)
+			}
+			mu.Lock()
+			waits = append(waits, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return cycles.Load(), waits
+}
+
+// contended: 16 goroutines in one process take turns on one key.
+func contended(addr string) {
+	const goroutines = 16
+	all := turns(addr, func(l locker, _ *redis.Client, d time.Duration) (int64, []time.Duration) {
+		return holdLoop(l, "bench:contended", goroutines, time.Now().Add(d))
+	})
+	fmt.Printf("## Contended: %d goroutines, one key, %v hold\n\n", goroutines, holdFor)
+	fmt.Println("FIFO ideal wait = goroutines / cycles per second.")
+	fmt.Println()
+	fmt.Println("| implementation | cycles/s | round trips/handoff | Redis commands/handoff | allocs/handoff | p50 wait ms | p99 wait ms | FIFO ideal ms | p99 / ideal |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, name := range names() {
+		s := all[name]
+		if s == nil {
+			continue
+		}
+		ideal := time.Duration(float64(goroutines) / s.perSec() * float64(time.Second))
+		fmt.Printf("| %s | %.0f | %.2f | %.2f | %.1f | %s | %s | %s | %.2f |\n", name, s.perSec(), s.per(s.trips), s.per(s.calls),
+			s.per(int64(s.allocs)), ms(s.pct(0.5)), ms(s.pct(0.99)), ms(ideal), float64(s.pct(0.99))/float64(ideal))
+	}
+	fmt.Println()
+}
+
+// childResult is what a procs child reports.
+type childResult struct {
+	Cycles int64   `json:"cycles"`
+	Waits  []int64 `json:"waits_ns"`
+}
+
+// procs: 4 processes of 4 goroutines each take turns on one key.
+func procs(addr string) {
+	const processes, goroutines = 4, 4
+	self, err := os.Executable()
+	if err != nil {
+		log.Fatal(err)
+	}
+	all := map[string]*stats{}
+	for r := 0; r < *rounds; r++ {
+		list := impls()
+		list = append(list[r%len(list):], list[:r%len(list)]...)
+		for _, im := range list {
+			d := *duration / time.Duration(*rounds)
+			start := time.Now().Add(300 * time.Millisecond) // after the children are up
+			outs := make([][]byte, processes)
+			var wg sync.WaitGroup
+			for p := range processes {
+				wg.Go(func() {
+					out, err := exec.Command(self, "-child", "-impl", im.name, "-addr", addr,
+						"-start", strconv.FormatInt(start.UnixNano(), 10), "-duration", d.String(),
+						"-goroutines", strconv.Itoa(goroutines)).Output()
+					if err != nil {
+						log.Fatalf("child %s: %v", im.name, err)
+					}
+					outs[p] = out
+				})
+			}
+			wg.Wait()
+			s := all[im.name]
+			if s == nil {
+				s = &stats{}
+				all[im.name] = s
+			}
+			s.elapsed += d
+			for _, out := range outs {
+				var res childResult
+				if err := json.Unmarshal(out, &res); err != nil {
+					log.Fatalf("child output %q: %v", out, err)
+				}
+				s.cycles += res.Cycles
+				for _, w := range res.Waits {
+					s.waits = append(s.waits, time.Duration(w))
+				}
+			}
+		}
+	}
+	fmt.Printf("## Contended across processes: %d processes x %d goroutines, one key, %v hold\n\n", processes, goroutines, holdFor)
+	fmt.Println("| implementation | cycles/s | p50 wait ms | p99 wait ms |")
+	fmt.Println("| --- | ---: | ---: | ---: |")
+	for _, name := range names() {
+		if s := all[name]; s != nil {
+			fmt.Printf("| %s | %.0f | %s | %s |\n", name, s.perSec(), ms(s.pct(0.5)), ms(s.pct(0.99)))
+		}
+	}
+	fmt.Println()
+}
+
+func runChild() {
+	var im *impl
+	for _, x := range impls() {
+		if x.name == *only {
+			im = &x
+		}
+	}
+	if im == nil {
+		log.Fatalf("unknown -impl %q", *only)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: *childAddr, PoolSize: 64})
+	l := im.new(rdb)
+	start := time.Unix(0, *childStart)
+	time.Sleep(time.Until(start))
+	cycles, waits := holdLoop(l, "bench:procs", *childGor, start.Add(*duration))
+	res := childResult{Cycles: cycles}
+	for _, w := range waits {
+		res.Waits = append(res.Waits, int64(w))
+	}
+	l.close()
+	_ = rdb.Close()
+	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+		log.Fatal(err)
+	}
+}
