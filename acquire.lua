@@ -6,14 +6,22 @@
 --   >= 0       the lock is ours; the number is the fence (0 without KEYS[2]);
 --   -2 - PTTL  someone else holds it for PTTL more milliseconds
 --              (so -1 means held with no expiry).
-local v = redis.call('GET', KEYS[1])
-if v == false then
-  -- Increment first: if the counter cannot be incremented (wrong type),
-  -- the script fails before it has written anything.
-  local fence = 0
-  if KEYS[2] then fence = redis.call('INCR', KEYS[2]) end
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return fence
+local v
+if KEYS[2] then
+  v = redis.call('GET', KEYS[1])
+  if v == false then
+    -- Increment first: if the counter cannot be incremented (wrong type),
+    -- the script fails before it has written anything.
+    local fence = redis.call('INCR', KEYS[2])
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return fence
+  end
+else
+  -- Unfenced: one command takes a free lock, or tells who holds it.
+  v = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+  if v == false then
+    return 0
+  end
 end
 if v == ARGV[1] then
   -- Our own attempt again (a retry after a lost reply): it succeeded the

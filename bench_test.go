@@ -61,3 +61,34 @@ func BenchmarkTryAcquireRelease(b *testing.B) {
 		}
 	})
 }
+
+// TryAcquire + Release allocate no more than the hand-written go-redis
+// lock (SET NX PX with a uuid, then a compare-and-delete script). Counted
+// against a real redis-server: miniredis would count its own allocations.
+func TestTryAcquireReleaseAllocsNoMoreThanFloor(t *testing.T) {
+	e := newReal(t, nil)
+	del := redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	ctx := context.Background()
+	padlockAllocs := testing.AllocsPerRun(200, func() {
+		l, err := e.c.TryAcquire(ctx, "allocs:lock", 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	floorAllocs := testing.AllocsPerRun(200, func() {
+		token := uuid.NewString()
+		if err := e.rdb.SetNX(ctx, "allocs:lock", token, 10*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := del.Run(ctx, e.rdb, []string{"allocs:lock"}, token).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("allocs per TryAcquire+Release: padlock %.1f, go-redis floor %.1f", padlockAllocs, floorAllocs)
+	if padlockAllocs > floorAllocs {
+		t.Errorf("padlock allocates %.1f per cycle, the floor %.1f", padlockAllocs, floorAllocs)
+	}
+}

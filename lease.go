@@ -110,22 +110,35 @@ func (l *Lock) unregister(ka *keepAlive) waitFor {
 	return l.c.sched.remove(ls)
 }
 
-// stopKeepAlives cancels every KeepAlive context of l with cause and takes
-// l out of the scheduler. It returns what to wait for before no renewal of
-// l can be in flight; wait only once l.mu is unlocked. l.mu must be held.
-func (l *Lock) stopKeepAlives(cause error) func() waitFor {
+// stopKeepAlives cancels every KeepAlive context of l with cause and
+// detaches l from the scheduler. It returns what to pass to settle once
+// l.mu is unlocked. l.mu must be held.
+func (l *Lock) stopKeepAlives(cause error) detached {
 	for ka := range l.regs {
 		ka.cancel(cause)
 	}
 	clear(l.regs)
-	ls := l.lease
+	d := detached{lease: l.lease, keptAlive: l.regs != nil}
 	l.lease = nil
-	return func() waitFor {
-		if ls == nil {
-			return l.c.sched.settled(l)
-		}
-		return l.c.sched.remove(ls)
+	return d
+}
+
+// detached is a Lock just detached from the scheduler.
+type detached struct {
+	lease     *lease // its lease, if it had one
+	keptAlive bool   // whether it was ever kept alive
+}
+
+// settle takes d's lease out of the scheduler and returns what to wait for
+// before no renewal of l can be in flight.
+func (l *Lock) settle(d detached) waitFor {
+	switch {
+	case d.lease != nil:
+		return l.c.sched.remove(d.lease)
+	case d.keptAlive:
+		return l.c.sched.settled(l)
 	}
+	return nil // never kept alive: no renewal to wait for
 }
 
 // lose marks l lost with cause (the first cause wins) and ends every
@@ -135,9 +148,9 @@ func (l *Lock) lose(cause error) {
 	if l.lost == nil {
 		l.lost = cause
 	}
-	after := l.stopKeepAlives(l.lost)
+	d := l.stopKeepAlives(l.lost)
 	l.mu.Unlock()
-	after()
+	l.settle(d)
 }
 
 // extended records a successful extend sent at sent with ttl, moving the

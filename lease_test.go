@@ -382,7 +382,7 @@ func TestManyLeasesShareRoundTrips(t *testing.T) {
 	}
 	// Each lock is renewed every ~200ms: about 10 renewals each in 2s.
 	assert.GreaterOrEqual(t, renewals, n*5, "renewals")
-	assert.LessOrEqual(t, trips, 60, "%d round trips for %d renewals: not batched", trips, renewals)
+	assert.LessOrEqual(t, trips*10, renewals, "%d round trips for %d renewals: not batched", trips, renewals)
 	for i := range n {
 		require.NoError(t, ctxs[i].Err(), "lease %d lost: %v", i, context.Cause(ctxs[i]))
 		stops[i]()

@@ -2,12 +2,14 @@ package padlock
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,10 +31,11 @@ const (
 // use, holds no state of its own beyond its defaults, and starts no
 // goroutine.
 type Client struct {
-	rdb    redis.UniversalClient
-	opts   options
-	notify notifier
-	sched  scheduler
+	rdb     redis.UniversalClient
+	lastTTL atomic.Pointer[boxedTTL]
+	opts    options
+	notify  notifier
+	sched   scheduler
 	// wait sleeps for d, or until ctx ends (returning its error), when
 	// notifications are off.
 	wait func(ctx context.Context, key string, d time.Duration) error
@@ -125,36 +128,60 @@ func notAcquired(ctx context.Context, key string) error {
 // newLock checks the arguments of an acquire call and builds the Lock it
 // would return, with a fresh token. It makes no round trip.
 func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opts []Option) (*Lock, options, error) {
-	o := c.defaults().with(opts)
+	o := c.defaults()
+	if len(opts) > 0 {
+		o = o.with(opts)
+	}
 	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
 		return nil, o, err
 	}
-	keys := []string{key}
+	l := &Lock{c: c, key: key, token: newToken(), metadata: o.metadata, ttl: ttl}
+	l.keyBuf[0] = key
+	l.keys = l.keyBuf[:1]
 	if o.fencing {
-		fk, err := fenceKey(key)
-		if err != nil {
+		if l.keyBuf[1], err = fenceKey(key); err != nil {
 			return nil, o, err
 		}
-		keys = append(keys, fk)
-	}
-	id, err := uuid.NewRandom()
-	if err != nil {
-		return nil, o, fmt.Errorf("padlock: token: %w", err)
-	}
-	l := &Lock{
-		c:        c,
-		key:      key,
-		token:    id.String(),
-		metadata: o.metadata,
-		keys:     keys,
-		ttl:      ttl,
+		l.keys = l.keyBuf[:2]
 	}
 	l.value = l.token
 	if o.metadata != "" {
 		l.value = l.token + " " + o.metadata
 	}
+	// The script arguments, boxed once for every call of this lock.
+	l.args[0], l.args[1] = l.value, c.ttlArg(ttl)
 	return l, o, nil
+}
+
+// newToken returns a random UUIDv4 string: 122 random bits from
+// crypto/rand.
+func newToken() string {
+	var u uuid.UUID
+	_, _ = rand.Read(u[:])  // never fails, and always fills u
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+	return u.String()
+}
+
+// ttlArg returns ttl in milliseconds as a script argument. Boxing an
+// int64 allocates; locks of one Client mostly share one ttl, so the last
+// box is kept for the next call.
+func (c *Client) ttlArg(ttl time.Duration) any {
+	ms := ttl.Milliseconds()
+	if b := c.lastTTL.Load(); b != nil && b.ms == ms {
+		return b.arg
+	}
+	b := &boxedTTL{ms: ms, arg: ms}
+	c.lastTTL.Store(b)
+	return b.arg
+}
+
+// boxedTTL is a ttl in milliseconds and the same number as a script
+// argument.
+type boxedTTL struct {
+	ms  int64
+	arg any
 }
 
 func (c *Client) defaults() options {
@@ -219,7 +246,7 @@ func hasHashTag(key string) bool {
 // lock is released again before attempt returns.
 func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	sent := time.Now()
-	n, err := acquireScript.Run(ctx, c.rdb, l.keys, l.value, l.ttl.Milliseconds()).Int64()
+	n, err := acquireScript.Run(ctx, c.rdb, l.keys, l.args[:]...).Int64()
 	if err != nil {
 		if mayHaveRun(err) {
 			l.cleanup(ctx)
@@ -236,17 +263,22 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	return 0, nil
 }
 
-// mayHaveRun reports whether a script call that failed with err may still
-// have run in Redis: not if Redis answered with an error (padlock's scripts
-// fail before their first write, if at all), nor if no connection could be
-// made; otherwise (a timeout, a lost reply, a cancelled context) it may.
+// mayHaveRun reports whether a call that failed with err may still have
+// run in Redis: not if Redis answered with an error (padlock's scripts and
+// SET fail before their first write, if at all), nor if no connection could
+// be made; otherwise (a timeout, a lost reply, a cancelled context) it may.
 func mayHaveRun(err error) bool {
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
+	if isRedisError(err) {
 		return false
 	}
 	var nerr *net.OpError
 	return !errors.As(err, &nerr) || nerr.Op != "dial"
+}
+
+// isRedisError reports whether err is an error reply from Redis.
+func isRedisError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
 
 // A Lock is a lock taken in Redis by TryAcquire or Acquire. Its methods are
@@ -256,9 +288,11 @@ type Lock struct {
 	c        *Client
 	key      string
 	token    string
-	value    string   // what the key holds: the token, then " " and metadata if any
-	metadata string   //
-	keys     []string // the key, then its fence key when fenced (acquire only)
+	value    string    // what the key holds: the token, then " " and metadata if any
+	metadata string    //
+	keys     []string  // the key, then its fence key when fenced (acquire only)
+	keyBuf   [2]string // keys' storage
+	args     [2]any    // the value and the acquire ttl, boxed once: script arguments
 
 	// extendMu serializes Extend round trips, the caller's and the
 	// scheduler's, so the local deadline follows the last one Redis ran.
@@ -369,13 +403,13 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	l.noRenew = true
 	released := l.released
-	after := l.stopKeepAlives(context.Canceled)
+	d := l.stopKeepAlives(context.Canceled)
 	l.mu.Unlock()
-	after().wait()
+	l.settle(d).wait()
 	if released {
 		return l.notHeld()
 	}
-	n, err := releaseScript.Run(ctx, l.c.rdb, l.keys[:1], l.value).Int64()
+	n, err := releaseScript.Run(ctx, l.c.rdb, l.keys[:1], l.args[:1]...).Int64()
 	if err != nil {
 		return fmt.Errorf("padlock: release %q: %w", l.key, err)
 	}
@@ -398,7 +432,7 @@ func (l *Lock) cleanup(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
-	_ = releaseScript.Run(ctx, l.c.rdb, l.keys[:1], l.value).Err()
+	_ = releaseScript.Run(ctx, l.c.rdb, l.keys[:1], l.args[:1]...).Err()
 }
 
 // Extend sets the lock to expire ttl from now, if it is still ours, in one
