@@ -1,18 +1,18 @@
 -- acquire.lua: take the lock KEYS[1] for the value ARGV[1] (token, and
--- metadata) for ARGV[2] milliseconds. KEYS[2], when present, is the key's
--- fencing counter.
+-- metadata) for ARGV[2] milliseconds. KEYS[3], when present, is the key's
+-- fencing counter (KEYS[2], its queue, is unused here).
 --
 -- Returns, as one integer:
---   >= 0       the lock is ours; the number is the fence (0 without KEYS[2]);
+--   >= 0       the lock is ours; the number is the fence (0 without KEYS[3]);
 --   -2 - PTTL  someone else holds it for PTTL more milliseconds
 --              (so -1 means held with no expiry).
 local v
-if KEYS[2] then
+if KEYS[3] then
   v = redis.call('GET', KEYS[1])
   if v == false then
     -- Increment first: if the counter cannot be incremented (wrong type),
     -- the script fails before it has written anything.
-    local fence = redis.call('INCR', KEYS[2])
+    local fence = redis.call('INCR', KEYS[3])
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     return fence
   end
@@ -27,7 +27,7 @@ if v == ARGV[1] then
   -- Our own attempt again (a retry after a lost reply): it succeeded the
   -- first time, so succeed again with the fence it was given.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if KEYS[2] then return tonumber(redis.call('GET', KEYS[2]) or '0') end
+  if KEYS[3] then return tonumber(redis.call('GET', KEYS[3]) or '0') end
   return 0
 end
 return -2 - redis.call('PTTL', KEYS[1])

@@ -31,8 +31,8 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 		return info, err
 	}
 	keys := []string{key}
-	if fk, err := fenceKey(key); err == nil {
-		keys = append(keys, fk)
+	if queueable(key) {
+		keys = append(keys, sideKey(key, "fence"))
 	}
 	reply, err := inspectScript.Run(ctx, c.rdb, keys).Slice()
 	if err != nil {

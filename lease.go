@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -55,10 +56,8 @@ func (l *Lock) KeepAlive(ctx context.Context) (context.Context, context.CancelFu
 		return kctx, done
 	}
 	ka := &keepAlive{cancel: cancel}
-	if l.regs == nil {
-		l.regs = make(map[*keepAlive]struct{})
-	}
-	l.regs[ka] = struct{}{}
+	l.regs = append(l.regs, ka)
+	l.keptAlive = true
 	var fresh *lease
 	if l.lease == nil {
 		fresh = &lease{l: l, ttl: l.ttl, sent: l.sent}
@@ -90,7 +89,8 @@ type keepAlive struct {
 // no renewal of l can be in flight.
 func (l *Lock) unregister(ka *keepAlive) waitFor {
 	l.mu.Lock()
-	if _, ok := l.regs[ka]; !ok {
+	i := slices.Index(l.regs, ka)
+	if i < 0 {
 		ls := l.lease
 		l.mu.Unlock()
 		if ls != nil {
@@ -98,7 +98,7 @@ func (l *Lock) unregister(ka *keepAlive) waitFor {
 		}
 		return l.c.sched.settled(l)
 	}
-	delete(l.regs, ka)
+	l.regs = slices.Delete(l.regs, i, i+1)
 	var ls *lease
 	if len(l.regs) == 0 {
 		ls, l.lease = l.lease, nil
@@ -114,11 +114,11 @@ func (l *Lock) unregister(ka *keepAlive) waitFor {
 // detaches l from the scheduler. It returns what to pass to settle once
 // l.mu is unlocked. l.mu must be held.
 func (l *Lock) stopKeepAlives(cause error) detached {
-	for ka := range l.regs {
+	for _, ka := range l.regs {
 		ka.cancel(cause)
 	}
-	clear(l.regs)
-	d := detached{lease: l.lease, keptAlive: l.regs != nil}
+	l.regs = nil
+	d := detached{lease: l.lease, keptAlive: l.keptAlive}
 	l.lease = nil
 	return d
 }

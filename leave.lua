@@ -1,17 +1,20 @@
--- leave.lua: a waiter that gives up leaves the queue KEYS[2] of the lock
--- KEYS[1]; if a release had handed it the lock (KEYS[3] holds its token
--- ARGV[1]), it hands the lock on to the next waiter, like a release.
+-- leave.lua: a waiter with token ARGV[1] gives up: it leaves the queue
+-- KEYS[2] of the lock KEYS[1] (see wait.lua), and if a release had handed
+-- it the lock, hands it on to the next waiter, as a release would, for
+-- ARGV[2] ms. Returns 1 if it handed the lock on.
+local handed = redis.call('ZREM', KEYS[2], '>' .. ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
-if redis.call('GET', KEYS[3]) ~= ARGV[1] then
+if handed == 0 or redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
-redis.call('DEL', KEYS[3])
-local msg = 'released'
 local first = redis.call('ZPOPMIN', KEYS[2])
-if first[1] then
-  redis.call('SET', KEYS[3], first[1], 'PX', ARGV[2])
-  msg = first[1]
+if not first[1] then
+  return 1
 end
+local t = redis.call('TIME')
+local deadline = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[2], -deadline, '>' .. first[1])
+local msg = first[1]
 if not pcall(redis.call, 'SPUBLISH', KEYS[1], msg) then
   redis.call('PUBLISH', KEYS[1], msg)
 end

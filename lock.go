@@ -137,13 +137,17 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, o, err
 	}
 	l := &Lock{c: c, key: key, token: newToken(), metadata: o.metadata, ttl: ttl}
-	l.keyBuf[0] = key
-	l.keys = l.keyBuf[:1]
+	l.keys[0] = key
+	l.queued = queueable(key)
+	if l.queued {
+		l.keys[1] = sideKey(key, "queue")
+	}
 	if o.fencing {
-		if l.keyBuf[1], err = fenceKey(key); err != nil {
-			return nil, o, err
+		if !l.queued {
+			return nil, o, fmt.Errorf("%w: fencing needs a key without '}' or with a hash tag, got %q", ErrInvalid, key)
 		}
-		l.keys = l.keyBuf[:2]
+		l.keys[2] = sideKey(key, "fence")
+		l.fenced = true
 	}
 	l.value = l.token
 	if o.metadata != "" {
@@ -151,6 +155,20 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	}
 	// The script arguments, boxed once for every call of this lock.
 	l.args[0], l.args[1] = l.value, c.ttlArg(ttl)
+	var key0 any = key
+	tk, rk := l.tryKeys(), l.releaseKeys()
+	l.acqCmd = make([]any, 0, 3+len(tk)+2)
+	l.acqCmd = append(l.acqCmd, "evalsha", acquireSHA, numKeys[len(tk)], key0)
+	for _, k := range tk[1:] {
+		l.acqCmd = append(l.acqCmd, k)
+	}
+	l.acqCmd = append(l.acqCmd, l.args[0], l.args[1])
+	l.relCmd = make([]any, 0, 3+len(rk)+2)
+	l.relCmd = append(l.relCmd, "evalsha", releaseSHA, numKeys[len(rk)], key0)
+	for _, k := range rk[1:] {
+		l.relCmd = append(l.relCmd, k)
+	}
+	l.relCmd = append(l.relCmd, l.args[0], graceArg)
 	return l, o, nil
 }
 
@@ -215,18 +233,22 @@ func roundTTL(ttl time.Duration) (time.Duration, error) {
 	return ttl, nil
 }
 
-// fenceKey names the fencing counter of key so that it lives in the same
-// Redis Cluster slot: "key:fence" when key has a hash tag, "{key}:fence"
-// otherwise. A key with a '}' but no hash tag hashes whole, and no other
-// key can be made to share its slot, so it cannot be fenced.
-func fenceKey(key string) (string, error) {
+// sideKey names a key that lives beside key, in the same Redis Cluster
+// slot: "key:name" when key has a hash tag, "{key}:name" otherwise. The
+// fencing counter is sideKey(key, "fence").
+func sideKey(key, name string) string {
 	if hasHashTag(key) {
-		return key + ":fence", nil
+		return key + ":" + name
 	}
-	if strings.IndexByte(key, '}') >= 0 {
-		return "", fmt.Errorf("%w: fencing needs a key without '}' or with a hash tag, got %q", ErrInvalid, key)
-	}
-	return "{" + key + "}:fence", nil
+	return "{" + key + "}:" + name
+}
+
+// queueable reports whether key can have side keys in its slot (see
+// sideKey): a key with a '}' but no hash tag hashes whole, and no other key
+// can be made to share its slot. Such a key cannot be fenced, and its
+// waiters are not queued across clients.
+func queueable(key string) bool {
+	return hasHashTag(key) || strings.IndexByte(key, '}') < 0
 }
 
 // hasHashTag reports whether Redis Cluster hashes only part of key: the
@@ -246,7 +268,7 @@ func hasHashTag(key string) bool {
 // lock is released again before attempt returns.
 func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	sent := time.Now()
-	n, err := acquireScript.Run(ctx, c.rdb, l.keys, l.args[:]...).Int64()
+	n, err := evalsha(ctx, c.rdb, acquireSrc, l.acqCmd).Int64()
 	if err != nil {
 		if mayHaveRun(err) {
 			l.cleanup(ctx)
@@ -259,6 +281,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	l.mu.Lock()
 	l.fence = n
 	l.sent = sent
+	l.acqCmd = nil // done with: let a long-held lock be smaller
 	l.mu.Unlock()
 	return 0, nil
 }
@@ -290,23 +313,27 @@ type Lock struct {
 	token    string
 	value    string    // what the key holds: the token, then " " and metadata if any
 	metadata string    //
-	keys     []string  // the key, then its fence key when fenced (acquire only)
-	keyBuf   [2]string // keys' storage
+	keys     [3]string // the key, its queue, its fence key (see keys.go)
+	queued   bool      // the key has a queue key
+	fenced   bool      // acquired WithFencing
 	args     [2]any    // the value and the acquire ttl, boxed once: script arguments
+	acqCmd   []any     // the acquire script's EVALSHA, built once (see evalsha)
+	relCmd   []any     // the release script's EVALSHA, built once
 
 	// extendMu serializes Extend round trips, the caller's and the
 	// scheduler's, so the local deadline follows the last one Redis ran.
 	extendMu sync.Mutex
 
-	mu       sync.Mutex
-	fence    int64
-	ttl      time.Duration // the ttl of the last successful acquire or extend
-	sent     time.Time     // when that acquire or extend was sent (monotonic)
-	released bool          // Release succeeded, or found the lock not held
-	noRenew  bool          // Release was called: no keep-alive may start
-	lost     error         // why the lock was lost, once it was
-	lease    *lease        // in the Client's scheduler while kept alive
-	regs     map[*keepAlive]struct{}
+	mu        sync.Mutex
+	fence     int64
+	ttl       time.Duration // the ttl of the last successful acquire or extend
+	sent      time.Time     // when that acquire or extend was sent (monotonic)
+	released  bool          // Release succeeded, or found the lock not held
+	noRenew   bool          // Release was called: no keep-alive may start
+	lost      error         // why the lock was lost, once it was
+	lease     *lease        // in the Client's scheduler while kept alive
+	regs      []*keepAlive  // the active KeepAlive calls
+	keptAlive bool          // KeepAlive was ever called
 }
 
 // Key returns the Redis key of the lock, as given to TryAcquire or Acquire.
@@ -409,7 +436,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if released {
 		return l.notHeld()
 	}
-	n, err := releaseScript.Run(ctx, l.c.rdb, l.keys[:1], l.args[:1]...).Int64()
+	n, err := evalsha(ctx, l.c.rdb, releaseSrc, l.relCmd).Int64()
 	if err != nil {
 		return fmt.Errorf("padlock: release %q: %w", l.key, err)
 	}
@@ -432,7 +459,7 @@ func (l *Lock) cleanup(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
-	_ = releaseScript.Run(ctx, l.c.rdb, l.keys[:1], l.args[:1]...).Err()
+	_ = evalsha(ctx, l.c.rdb, releaseSrc, l.relCmd).Err()
 }
 
 // Extend sets the lock to expire ttl from now, if it is still ours, in one

@@ -32,9 +32,10 @@ const subscribeTimeout = time.Second
 
 // A waiter is one Acquire call waiting in its key's queue.
 type waiter struct {
-	key  string
-	wake chan struct{} // a release was announced, or the head before us gave up: attempt now
-	turn chan struct{} // we became the head of the queue
+	key   string
+	token string        // the waiting Lock's token: a release may name it
+	wake  chan struct{} // a release was announced, or the head before us gave up: attempt now
+	turn  chan struct{} // we became the head of the queue
 }
 
 // A keyQueue is the FIFO of one key's waiters, head first.
@@ -61,7 +62,7 @@ type notifier struct {
 
 // enqueue adds a waiter for key at the tail of its queue. It reports
 // whether the waiter is the head (and so may attempt at once).
-func (c *Client) enqueue(key string) (*waiter, bool, error) {
+func (c *Client) enqueue(key, token string) (*waiter, bool, error) {
 	n := &c.notify
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -76,7 +77,7 @@ func (c *Client) enqueue(key string) (*waiter, bool, error) {
 		q = &keyQueue{}
 		n.queues[key] = q
 	}
-	w := &waiter{key: key, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
+	w := &waiter{key: key, token: token, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
 	q.waiters = append(q.waiters, w)
 	return w, len(q.waiters) == 1, nil
 }
@@ -136,13 +137,38 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// released wakes the head waiter of key, if any.
-func (n *notifier) released(key string) {
+// released handles a release notification of key: msg is the token of
+// the waiter the lock was handed to (wake it, if it is ours), or
+// releasedMsg (wake our head).
+func (n *notifier) released(key, msg string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if q := n.queues[key]; q != nil && len(q.waiters) > 0 {
-		signal(q.waiters[0].wake)
+	q := n.queues[key]
+	if q == nil || len(q.waiters) == 0 {
+		return
 	}
+	if msg == releasedMsg {
+		signal(q.waiters[0].wake)
+		return
+	}
+	for _, w := range q.waiters {
+		if w.token == msg {
+			signal(w.wake)
+			return
+		}
+	}
+}
+
+// successor returns the token of the waiter behind w in its queue, if w
+// is the head, or "".
+func (c *Client) successor(w *waiter) string {
+	n := &c.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if q := n.queues[w.key]; q != nil && len(q.waiters) > 1 && q.waiters[0] == w {
+		return q.waiters[1].token
+	}
+	return ""
 }
 
 // group is the routing group of key's channel: every channel of a plain
@@ -275,7 +301,7 @@ func (s *subscriber) read(n *notifier) {
 			continue
 		}
 		if m, ok := msg.(*redis.Message); ok {
-			n.released(m.Channel)
+			n.released(m.Channel, m.Payload)
 		}
 	}
 }

@@ -75,14 +75,21 @@ func sleep(ctx context.Context, _ string, d time.Duration) error {
 // holder's remaining ttl or its backoff, in case a notification is lost.
 func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Lock, err error) {
 	var w *waiter
+	var held bool
 	head := true
 	if o.notify {
-		if w, head, err = c.enqueue(l.key); err != nil {
+		if w, head, err = c.enqueue(l.key, l.token); err != nil {
 			return nil, fmt.Errorf("padlock: acquire %q: %w", l.key, err)
 		}
 		defer func() { c.dequeue(w, err == nil) }()
 	}
-	held := !head       // whether the lock was found held: only then is a timeout contention
+	fair := w != nil && l.queued // queue in Redis too, across clients
+	defer func() {
+		if fair && err != nil && held {
+			l.leave(ctx)
+		}
+	}()
+	held = !head        // whether the lock was found held: only then is a timeout contention
 	subscribed := false // whether this call has subscribed the key's channel
 	mustAttempt := head // whether the next step is an attempt (else: a wait)
 	for attempt := 0; ; attempt++ {
@@ -94,7 +101,12 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 				}
 				return nil, fmt.Errorf("padlock: acquire %q: %w", l.key, err)
 			}
-			pttl, err := c.attempt(ctx, l)
+			var pttl time.Duration
+			if fair {
+				pttl, err = c.fairAttempt(ctx, l, c.successor(w))
+			} else {
+				pttl, err = c.attempt(ctx, l)
+			}
 			switch {
 			case err == nil:
 				return l, nil
@@ -151,4 +163,43 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 			return nil, fmt.Errorf("padlock: acquire %q: %w", l.key, ErrClosed)
 		}
 	}
+}
+
+// fairAttempt is an attempt of a waiter queued in Redis (see wait.lua).
+// successor is the token of the waiter behind it in this Client, whom a
+// successful attempt queues in Redis. It returns like attempt; when the
+// lock is free but handed to another waiter, the duration is what is left
+// of that hand-off.
+func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor string) (time.Duration, error) {
+	sent := time.Now()
+	reply, err := waitScript.Run(ctx, c.rdb, l.waitKeys(),
+		l.args[0], l.args[1], l.token, successor, queueTTL.Milliseconds()).Slice()
+	if err == nil && len(reply) < 2 {
+		err = fmt.Errorf("unexpected reply %v", reply)
+	}
+	if err != nil {
+		if mayHaveRun(err) {
+			l.cleanup(ctx)
+		}
+		return 0, fmt.Errorf("padlock: acquire %q: %w", l.key, err)
+	}
+	code, _ := reply[0].(int64)
+	n, _ := reply[1].(int64)
+	if code == 1 {
+		l.mu.Lock()
+		l.fence, l.sent, l.acqCmd = n, sent, nil
+		l.mu.Unlock()
+		return 0, nil
+	}
+	return time.Duration(n) * time.Millisecond, ErrNotAcquired
+}
+
+// leave takes a waiter that gives up out of its key's queue in Redis, and
+// hands the lock on if a release had handed it to this waiter. It is best
+// effort, on a context of its own: a waiter left behind only delays the
+// others by the hand-off grace.
+func (l *Lock) leave(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCleanupTimeout)
+	defer cancel()
+	_ = leaveScript.Run(ctx, l.c.rdb, l.keys[:2], l.token, graceArg).Err()
 }

@@ -80,6 +80,9 @@ func TestAcquireWakesWhenTheHolderExpires(t *testing.T) {
 
 func TestAcquireDoesNotBusyLoop(t *testing.T) {
 	both(t, func(t *testing.T, e *env) {
+		warm, err := e.c.Acquire(e.ctx, e.key+":warm", time.Minute) // load the scripts
+		require.NoError(t, err)
+		require.NoError(t, warm.Release(e.ctx))
 		holder, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
 		require.NoError(t, err)
 		time.AfterFunc(time.Second, func() { _ = holder.Release(context.Background()) })
@@ -168,13 +171,23 @@ func (h *cancelOnAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 		if err != nil || !ok || !isScript(cmd) {
 			return err
 		}
-		if n, _ := c.Int64(); n >= 0 && h.fired.CompareAndSwap(false, true) {
+		if acquired(c) && h.fired.CompareAndSwap(false, true) {
 			h.cancel()
 			cmd.SetErr(context.Canceled)
 			return context.Canceled
 		}
 		return err
 	}
+}
+
+// acquired reports whether an acquire script's reply means the lock was
+// taken: a fence >= 0 from the single attempt, {1, fence} from a waiting one.
+func acquired(c *redis.Cmd) bool {
+	if v, err := c.Slice(); err == nil {
+		return len(v) > 0 && v[0] == int64(1)
+	}
+	n, err := c.Int64()
+	return err == nil && n >= 0
 }
 
 // 32 goroutines contend for one lock: no two are ever inside at once (a

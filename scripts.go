@@ -1,6 +1,7 @@
 package padlock
 
 import (
+	"context"
 	_ "embed"
 
 	"github.com/redis/go-redis/v9"
@@ -25,7 +26,38 @@ var (
 	pttlSrc    string
 	pttlScript = redis.NewScript(pttlSrc)
 
+	//go:embed wait.lua
+	waitSrc    string
+	waitScript = redis.NewScript(waitSrc)
+
+	//go:embed leave.lua
+	leaveSrc    string
+	leaveScript = redis.NewScript(leaveSrc)
+
 	//go:embed inspect.lua
 	inspectSrc    string
 	inspectScript = redis.NewScript(inspectSrc)
 )
+
+// The digests of the hot scripts and the key counts, boxed once as command
+// arguments (see evalsha).
+var (
+	acquireSHA any = acquireScript.Hash()
+	releaseSHA any = releaseScript.Hash()
+	numKeys        = [...]any{"0", "1", "2", "3"}
+)
+
+// evalsha runs a command built as ["evalsha", digest, numkeys, keys...,
+// args...], with its arguments boxed once by the caller rather than on
+// every call. On NOSCRIPT (a new or flushed server) it sends the same as
+// EVAL with src, which also loads the script.
+func evalsha(ctx context.Context, rdb redis.UniversalClient, src string, args []any) *redis.Cmd {
+	cmd := rdb.Do(ctx, args...)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		eval := make([]any, len(args))
+		copy(eval, args)
+		eval[0], eval[1] = "eval", src
+		cmd = rdb.Do(ctx, eval...)
+	}
+	return cmd
+}
