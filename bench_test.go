@@ -2,6 +2,7 @@ package padlock_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,6 +61,50 @@ func BenchmarkTryAcquireRelease(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkExtend measures one Extend round trip of a held lock.
+func BenchmarkExtend(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+	l, err := padlock.New(srv.Client()).TryAcquire(ctx, "bench:extend", time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.Extend(ctx, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkHandoff measures one hand-off between two goroutines waiting
+// for one key with Acquire: a release, the notification, the next attempt.
+func BenchmarkHandoff(b *testing.B) {
+	srv := redistest.Start(b)
+	c := padlock.New(srv.Client())
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	var wg sync.WaitGroup
+	n := b.N
+	for range 2 {
+		wg.Go(func() {
+			for range n / 2 {
+				l, err := c.Acquire(ctx, "bench:handoff", 10*time.Second)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // TryAcquire + Release allocate no more than the hand-written go-redis

@@ -30,12 +30,17 @@ const releasedMsg = "released"
 // be confirmed before it relies on its timer alone.
 const subscribeTimeout = time.Second
 
+// subscriberLinger is how long a pub/sub connection stays open once no
+// key uses it.
+const subscriberLinger = 200 * time.Millisecond
+
 // A waiter is one Acquire call waiting in its key's queue.
 type waiter struct {
-	key   string
-	token string        // the waiting Lock's token: a release may name it
-	wake  chan struct{} // a release was announced, or the head before us gave up: attempt now
-	turn  chan struct{} // we became the head of the queue
+	key        string
+	token      string        // the waiting Lock's token: a release may name it
+	wake       chan struct{} // a release was announced, or the head before us gave up: attempt now
+	turn       chan struct{} // we became the head of the queue
+	registered bool          // queued in Redis by the waiter ahead (see wait.lua); under the notifier's mu
 }
 
 // A keyQueue is the FIFO of one key's waiters, head first.
@@ -49,6 +54,7 @@ type subscriber struct {
 	ps      *redis.PubSub
 	sharded bool
 	done    chan struct{} // closed when the goroutine has exited
+	idle    *time.Timer   // while no key uses it: closes it; under the notifier's mu
 }
 
 // notifier is the Client's state for release notifications.
@@ -104,8 +110,10 @@ func (c *Client) dequeue(w *waiter, acquired bool) {
 	if head && len(q.waiters) > 0 {
 		next := q.waiters[0]
 		signal(next.turn)
-		if !acquired || len(w.wake) > 0 {
-			signal(next.wake) // the lock may be free, or a release w did not use
+		if !acquired || !next.registered {
+			// The lock may be free; or the next waiter is not queued in
+			// Redis, so no release would name it: it must attempt now.
+			signal(next.wake)
 		}
 	}
 	var stop *subscriber
@@ -159,16 +167,23 @@ func (n *notifier) released(key, msg string) {
 	}
 }
 
-// successor returns the token of the waiter behind w in its queue, if w
-// is the head, or "".
-func (c *Client) successor(w *waiter) string {
+// successor returns the waiter behind w in its queue, if w is the head, or
+// nil.
+func (c *Client) successor(w *waiter) *waiter {
 	n := &c.notify
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if q := n.queues[w.key]; q != nil && len(q.waiters) > 1 && q.waiters[0] == w {
-		return q.waiters[1].token
+		return q.waiters[1]
 	}
-	return ""
+	return nil
+}
+
+// registered records that a successful attempt queued w in Redis.
+func (c *Client) registered(w *waiter) {
+	c.notify.mu.Lock()
+	w.registered = true
+	c.notify.mu.Unlock()
 }
 
 // group is the routing group of key's channel: every channel of a plain
@@ -200,6 +215,10 @@ func (c *Client) trySubscribe(ctx context.Context, key string) error {
 	q.subscribed = true
 	g := c.group(key)
 	s := n.subs[g]
+	if s != nil && s.idle != nil {
+		s.idle.Stop()
+		s.idle = nil
+	}
 	n.mu.Unlock()
 
 	if s == nil {
@@ -226,6 +245,10 @@ func (c *Client) trySubscribe(ctx context.Context, key string) error {
 		}
 		// Another key opened the shared connection first: use it.
 		s = n.subs[g]
+		if s.idle != nil {
+			s.idle.Stop()
+			s.idle = nil
+		}
 		n.mu.Unlock()
 		fresh.close()
 	}
@@ -316,8 +339,13 @@ func (c *Client) unsubscribeLocked(key string) *subscriber {
 		return nil
 	}
 	if g != "" || !n.anySubscribedLocked() {
-		delete(n.subs, g)
-		return s
+		// Idle: keep the connection a little while, for the next waiter
+		// (a key that alternates between free and contended would
+		// otherwise dial a connection per hand-off).
+		if s.idle == nil {
+			s.idle = time.AfterFunc(subscriberLinger, func() { c.closeIdle(g, s) })
+		}
+		return nil
 	}
 	// The shared connection stays open for the other keys.
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
@@ -328,6 +356,19 @@ func (c *Client) unsubscribeLocked(key string) *subscriber {
 		_ = s.ps.Unsubscribe(ctx, key)
 	}
 	return nil
+}
+
+// closeIdle closes s if it is still idle.
+func (c *Client) closeIdle(g string, s *subscriber) {
+	n := &c.notify
+	n.mu.Lock()
+	if n.subs[g] != s || s.idle == nil {
+		n.mu.Unlock()
+		return // in use again, or closed
+	}
+	delete(n.subs, g)
+	n.mu.Unlock()
+	s.close()
 }
 
 func (n *notifier) anySubscribedLocked() bool {
@@ -352,6 +393,12 @@ func (n *notifier) closeAll() {
 	}
 	subs := n.subs
 	n.subs = nil
+	for _, s := range subs {
+		if s.idle != nil {
+			s.idle.Stop()
+			s.idle = nil
+		}
+	}
 	n.mu.Unlock()
 	for _, s := range subs {
 		s.close()

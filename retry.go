@@ -102,13 +102,18 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 				return nil, fmt.Errorf("padlock: acquire %q: %w", l.key, err)
 			}
 			var pttl time.Duration
+			var next *waiter
 			if fair {
-				pttl, err = c.fairAttempt(ctx, l, c.successor(w))
+				next = c.successor(w)
+				pttl, err = c.fairAttempt(ctx, l, next)
 			} else {
 				pttl, err = c.attempt(ctx, l)
 			}
 			switch {
 			case err == nil:
+				if fair && next != nil {
+					c.registered(next)
+				}
 				return l, nil
 			case held && ctx.Err() != nil:
 				return nil, notAcquired(ctx, l.key)
@@ -166,14 +171,18 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 }
 
 // fairAttempt is an attempt of a waiter queued in Redis (see wait.lua).
-// successor is the token of the waiter behind it in this Client, whom a
+// successor is the waiter behind it in this Client (or nil), whom a
 // successful attempt queues in Redis. It returns like attempt; when the
 // lock is free but handed to another waiter, the duration is what is left
 // of that hand-off.
-func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor string) (time.Duration, error) {
+func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor *waiter) (time.Duration, error) {
+	next := ""
+	if successor != nil {
+		next = successor.token
+	}
 	sent := time.Now()
 	reply, err := waitScript.Run(ctx, c.rdb, l.waitKeys(),
-		l.args[0], l.args[1], l.token, successor, queueTTL.Milliseconds()).Slice()
+		l.args[0], l.args[1], l.token, next, queueTTL.Milliseconds()).Slice()
 	if err == nil && len(reply) < 2 {
 		err = fmt.Errorf("unexpected reply %v", reply)
 	}
