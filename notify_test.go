@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -110,4 +111,82 @@ func TestCloseWakesWaiters(t *testing.T) {
 		require.NoError(t, c.Close(), "idempotent")
 		require.NoError(t, holder.Release(e.ctx), "locks stay usable after Close")
 	})
+}
+
+// Waiters of different Clients (as of different processes) are served in
+// the order they came: a release hands the lock to the first waiter queued
+// in Redis, and the others do not take it meanwhile.
+func TestWaitersAcrossClientsAreServedInOrder(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		holder, err := e.c.TryAcquire(e.ctx, e.key, time.Hour)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+		defer cancel()
+		var (
+			mu    sync.Mutex
+			order []int
+			wg    sync.WaitGroup
+		)
+		const clients = 4
+		for i := range clients {
+			c := padlock.New(e.rdb)
+			defer c.Close()
+			wg.Go(func() {
+				l, err := c.Acquire(ctx, e.key, time.Hour, neverPoll)
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond) // the others are woken meanwhile, and must not barge
+				assert.NoError(t, l.Release(e.ctx))
+			})
+			time.Sleep(50 * time.Millisecond) // let it queue before the next comes
+		}
+		require.NoError(t, holder.Release(e.ctx))
+		wg.Wait()
+		assert.Equal(t, []int{0, 1, 2, 3}, order, "first come, first served, across clients")
+	})
+}
+
+// A waiter that vanished while queued (its process died) delays the others
+// by the hand-off grace, once; it does not block the lock.
+func TestAVanishedWaiterDoesNotBlockTheLock(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		holder, err := e.c.TryAcquire(e.ctx, e.key, time.Hour)
+		require.NoError(t, err)
+		// A waiter queued long ago that will never come back.
+		require.NoError(t, e.raw.ZAdd(e.ctx, "{"+e.key+"}:queue", redis.Z{Score: 1, Member: "dead-waiter"}).Err())
+
+		ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			l, err := e.c.Acquire(ctx, e.key, time.Minute)
+			if err == nil {
+				err = l.Release(e.ctx)
+			}
+			done <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		require.NoError(t, holder.Release(e.ctx))
+		require.NoError(t, <-done, "the live waiter got the lock after the dead one's grace")
+	})
+}
+
+// A waiter that gives up leaves the queue in Redis, and hands on a lock
+// that a release had handed to it.
+func TestAWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
+	e := newReal(t, nil)
+	holder, err := e.c.TryAcquire(e.ctx, e.key, time.Hour)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = padlock.New(e.rdb).Acquire(ctx, e.key, time.Minute, neverPoll)
+	require.ErrorIs(t, err, padlock.ErrNotAcquired)
+	n, err := e.raw.ZCard(e.ctx, "{"+e.key+"}:queue").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the waiter left the queue")
+	require.NoError(t, holder.Release(e.ctx))
 }
