@@ -129,15 +129,6 @@ func (c *Client) dequeue(w *waiter, acquired bool) {
 	}
 }
 
-// isHead reports whether w is at the head of its queue.
-func (c *Client) isHead(w *waiter) bool {
-	n := &c.notify
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	q := n.queues[w.key]
-	return q != nil && len(q.waiters) > 0 && q.waiters[0] == w
-}
-
 func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
