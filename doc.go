@@ -15,14 +15,25 @@
 // holder's lock; Extend never brings back a lock that has expired. TryAcquire,
 // Release, Extend and TTL cost one round trip each.
 //
-// Acquire waits without polling hard: after a failed attempt it sleeps for
-// a jittered, capped backoff, but never past the moment the holder's lock
-// expires. Its attempts share one token, so an attempt whose reply was lost
-// and that go-redis sends again finds its own lock and succeeds. A call that
-// fails never leaves the lock held: when it cannot tell whether an attempt
-// took the lock (a timeout, a cancelled context), it releases it again.
+// Acquire waits without polling. A release announces itself on a channel
+// named like the key (sharded pub/sub, SPUBLISH, where the server has it);
+// each Client keeps one subscription per key it is waiting for, and its
+// waiters for a key queue first come, first served, so that a release
+// wakes one waiter, which makes one attempt. Across Clients (processes),
+// waiters also queue in Redis, in a sorted set at "{key}:queue": a release
+// hands the lock to the first of them for a grace of 100ms, naming it in
+// the announcement, and the others do not take it meanwhile. TryAcquire
+// does not queue and may take a lock in its grace. If an announcement is
+// lost, a waiter still wakes when the holder's lock expires (a failed
+// attempt returns the remaining ttl), and after a jittered, capped backoff.
+// Its attempts share one token, so an attempt whose reply was lost and that
+// go-redis sends again finds its own lock and succeeds. A call that fails
+// never leaves the lock held: when it cannot tell whether an attempt took
+// the lock (a timeout, a cancelled context), it releases it again.
 //
-// KeepAlive holds a lock as a lease for a long job: it renews the lock
+// KeepAlive holds a lock as a lease for a long job: the Client's renewal
+// scheduler (one goroutine per Client, whatever the number of leases, and
+// one pipeline for the renewals that fall due together) renews the lock
 // about every ttl/3 and cancels its context with cause ErrLost the moment
 // Redis says the lock is not ours, or, when Redis cannot be reached, at the
 // lock's local deadline: the monotonic time the last successful acquire or
