@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -38,19 +37,11 @@ type demo struct {
 
 // demoCmd is 'padlock demo'.
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fset := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fset.SetOutput(stderr)
+	fset := newFlags("demo", "padlock demo [-redis URL]",
+		"Plays the common cases of a distributed lock, with no Redis needed.", stderr)
 	redisURL := fset.String("redis", "", "run against this Redis URL instead of an embedded miniredis")
-	fset.Usage = func() {
-		fmt.Fprint(fset.Output(), "usage: padlock demo [-redis URL]\n\n"+
-			"Plays the common cases of a distributed lock, with no Redis needed.\n\nflags:\n")
-		fset.PrintDefaults()
-	}
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	if code, ok := parseFlags(fset, args); !ok {
+		return code
 	}
 
 	d := &demo{out: stdout}

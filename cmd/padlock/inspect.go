@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -25,20 +24,12 @@ type inspectJSON struct {
 // inspectCmd is 'padlock inspect'. It exits 0 whether or not the lock is
 // held, 69 if Redis cannot answer.
 func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fset := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	fset.SetOutput(stderr)
+	fset := newFlags("inspect", "padlock inspect [-redis URL] [-json] KEY",
+		"Shows who holds the lock KEY, how long it has left, and its fencing counter.", stderr)
 	redisURL := redisFlag(fset)
 	asJSON := fset.Bool("json", false, "print one JSON object")
-	fset.Usage = func() {
-		fmt.Fprint(fset.Output(), "usage: padlock inspect [-redis URL] [-json] KEY\n\n"+
-			"Shows who holds the lock KEY, how long it has left, and its fencing counter.\n\nflags:\n")
-		fset.PrintDefaults()
-	}
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	if code, ok := parseFlags(fset, args); !ok {
+		return code
 	}
 	if fset.NArg() != 1 {
 		fset.Usage()

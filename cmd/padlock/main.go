@@ -24,6 +24,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -82,6 +83,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "padlock: unknown command %q\n%s", args[0], usage)
 	return exitUsage
+}
+
+// newFlags returns a flag set for a subcommand that prints its errors and
+// usage (synopsis, then what it does, then the flags) to stderr.
+func newFlags(name, synopsis, about string, stderr io.Writer) *flag.FlagSet {
+	fset := flag.NewFlagSet(name, flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	fset.Usage = func() {
+		fmt.Fprintf(fset.Output(), "usage: %s\n\n%s\n\nflags:\n", synopsis, about)
+		fset.PrintDefaults()
+	}
+	return fset
+}
+
+// parseFlags parses args into fset. If it returns false, the caller exits
+// with code: 0 for -h, exitUsage for bad flags (already reported).
+func parseFlags(fset *flag.FlagSet, args []string) (code int, ok bool) {
+	err := fset.Parse(args)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		return 0, false
+	}
+	return exitUsage, false
 }
 
 // defaultRedisURL is where padlock finds Redis when -redis is not given.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -22,8 +21,9 @@ const releaseTimeout = 5 * time.Second
 
 // runCmd is 'padlock run'.
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fset := flag.NewFlagSet("run", flag.ContinueOnError)
-	fset.SetOutput(stderr)
+	fset := newFlags("run", "padlock run [flags] KEY -- COMMAND [ARGS...]",
+		"Runs COMMAND while holding the lock KEY, and exits with its status.\n"+
+			"The command sees PADLOCK_KEY, PADLOCK_TOKEN and, with -fence, PADLOCK_FENCE.", stderr)
 	redisURL := redisFlag(fset)
 	ttl := fset.Duration("ttl", 30*time.Second, "lock TTL; renewed every ttl/3 while the command runs")
 	wait := fset.Duration("wait", 0, "how long to wait for the lock; 0 tries once")
@@ -31,17 +31,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fence := fset.Bool("fence", false, "take a fencing token and pass it to the command as PADLOCK_FENCE")
 	metadata := fset.String("metadata", defaultMetadata(), "stored with the lock; shown by 'padlock inspect'")
 	grace := fset.Duration("grace", 5*time.Second, "when the lock is lost: time between SIGTERM and SIGKILL")
-	fset.Usage = func() {
-		fmt.Fprint(fset.Output(), "usage: padlock run [flags] KEY -- COMMAND [ARGS...]\n\n"+
-			"Runs COMMAND while holding the lock KEY, and exits with its status.\n"+
-			"The command sees PADLOCK_KEY, PADLOCK_TOKEN and, with -fence, PADLOCK_FENCE.\n\nflags:\n")
-		fset.PrintDefaults()
-	}
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	if code, ok := parseFlags(fset, args); !ok {
+		return code
 	}
 	rest := fset.Args()
 	if len(rest) >= 2 && rest[1] == "--" {
