@@ -96,14 +96,16 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 // Acquire takes the lock key for ttl, waiting while someone else holds it,
 // until it succeeds or ctx is done. It blocks.
 //
-// It does not poll in a tight loop: after a failed attempt it sleeps for the
-// client's backoff, but never past the moment the holder's lock expires. The
-// same token is used for every attempt, so an attempt whose reply was lost
-// and is tried again finds its own lock and succeeds.
+// It does not poll: it queues behind earlier waiters (of this Client, and
+// of other Clients through Redis) and is woken when the lock is released
+// and handed to it; as a fallback it also wakes when the holder's lock
+// expires, and after the backoff (see WithBackoff, WithoutNotifications).
+// The same token is used for every attempt, so an attempt whose reply was
+// lost and is tried again finds its own lock and succeeds.
 //
 // On success it returns the Lock. When ctx ends while it waits for another
 // holder, it returns an error that matches both ErrNotAcquired and
-// ctx.Err(). Bad input returns ErrInvalid; a Redis error (or ctx ending
+// ctx.Err(); when the Client is closed, one that matches ErrClosed. Bad input returns ErrInvalid; a Redis error (or ctx ending
 // before any attempt found the lock held) ends the call at once and is
 // returned wrapped, never as ErrNotAcquired: an outage is not contention. A
 // failed call never leaves the lock held.
