@@ -55,18 +55,21 @@ func (l *Lock) KeepAlive(ctx context.Context) (context.Context, context.CancelFu
 		l.mu.Unlock()
 		return kctx, done
 	}
+	if l.lease == nil {
+		// Under l.mu, so that a concurrent Release cannot remove the lease
+		// from the scheduler before it is in.
+		fresh := &lease{l: l, ttl: l.ttl, sent: l.sent}
+		if !l.c.sched.add(fresh) {
+			l.mu.Unlock()
+			cancel(fmt.Errorf("%w: %q: no keep-alive after Close", ErrClosed, l.key))
+			return kctx, done
+		}
+		l.lease = fresh
+	}
 	ka := &keepAlive{cancel: cancel}
 	l.regs = append(l.regs, ka)
 	l.keptAlive = true
-	var fresh *lease
-	if l.lease == nil {
-		fresh = &lease{l: l, ttl: l.ttl, sent: l.sent}
-		l.lease = fresh
-	}
 	l.mu.Unlock()
-	if fresh != nil && !l.c.sched.add(fresh) {
-		l.lose(fmt.Errorf("%w: %q", ErrClosed, l.key))
-	}
 
 	unwatch := context.AfterFunc(kctx, func() { l.unregister(ka).wait() })
 	var once sync.Once

@@ -190,3 +190,19 @@ func TestAWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 	assert.Zero(t, n, "the waiter left the queue")
 	require.NoError(t, holder.Release(e.ctx))
 }
+
+func TestCloseEndsKeepAlives(t *testing.T) {
+	e := newReal(t, nil)
+	c := padlock.New(e.rdb)
+	l, err := c.TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err)
+	kctx, stop := l.KeepAlive(e.ctx)
+	defer stop()
+	require.NoError(t, c.Close())
+	require.ErrorIs(t, context.Cause(kctx), padlock.ErrClosed, "Close ended the keep-alive")
+	kctx2, stop2 := l.KeepAlive(e.ctx)
+	defer stop2()
+	require.ErrorIs(t, context.Cause(kctx2), padlock.ErrClosed, "no keep-alive after Close")
+	assert.Equal(t, l.Token(), e.get(e.key), "Close releases nothing")
+	require.NoError(t, l.Release(e.ctx), "the lock can still be released")
+}
