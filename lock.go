@@ -69,7 +69,9 @@ func isNil(rdb redis.UniversalClient) bool {
 //
 // On success it returns the Lock, which the caller must Release (or let
 // expire). If another holder has the lock, it returns an error that matches
-// ErrNotAcquired. Bad input returns ErrInvalid without touching Redis; a
+// ErrNotAcquired; so it does if the reply came back so late that less than
+// a tenth of the ttl was left of the lock's validity (see Deadline): such a
+// lock is released, never handed out. Bad input returns ErrInvalid without touching Redis; a
 // Redis or context error is returned wrapped, never as ErrNotAcquired. A
 // failed call never leaves the lock held: when the outcome of the attempt is
 // unknown (a lost reply), TryAcquire deletes what it may have taken before
@@ -85,7 +87,7 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 		return nil, fmt.Errorf("padlock: acquire %q: %w", key, err)
 	}
 	if _, err := c.attempt(ctx, l); err != nil {
-		if errors.Is(err, ErrNotAcquired) {
+		if err == ErrNotAcquired {
 			return nil, fmt.Errorf("%w: %q is held", ErrNotAcquired, key)
 		}
 		return nil, err
@@ -280,12 +282,30 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	if n < 0 {
 		return time.Duration(-2-n) * time.Millisecond, ErrNotAcquired
 	}
+	return 0, l.acquired(ctx, sent, n)
+}
+
+// minValidity is the share of its ttl that a lock must have left, by its
+// local deadline, when the acquire's reply arrives; a lock that comes back
+// with less (the round trip took most of the ttl) is released, not handed
+// out.
+const minValidity = 10 // percent
+
+// acquired records a successful acquire sent at sent with fence fence. If
+// the reply came so late that the lock's validity is (nearly) gone, it
+// releases the lock and returns an error matching ErrNotAcquired.
+func (l *Lock) acquired(ctx context.Context, sent time.Time, fence int64) error {
 	l.mu.Lock()
-	l.fence = n
-	l.sent = sent
+	l.fence, l.sent = fence, sent
 	l.acqCmd = nil // done with: let a long-held lock be smaller
+	left := time.Until(l.deadline())
 	l.mu.Unlock()
-	return 0, nil
+	if left < l.ttl*minValidity/100 {
+		l.cleanup(ctx)
+		return fmt.Errorf("%w: %q: taken with only %v of its %v ttl left (the round trip took %v); released",
+			ErrNotAcquired, l.key, max(left, 0), l.ttl, time.Since(sent).Round(time.Millisecond))
+	}
+	return nil
 }
 
 // mayHaveRun reports whether a call that failed with err may still have
@@ -423,8 +443,12 @@ func (l *Lock) notHeld() error {
 // It returns nil if the lock was ours and is now deleted, and an error that
 // matches ErrNotHeld if it was not ours any more (expired, deleted or taken
 // by someone else; another holder's lock is never touched), including on a
-// second Release. A Redis error is returned wrapped; the lock may then
-// still be held until its ttl runs out, and Release may be called again.
+// second Release. If the reply to a successful release is lost and go-redis
+// sends the release again, the retry finds the lock gone and Release
+// reports ErrNotHeld: either way the lock is no longer this Lock's, and
+// nothing needs undoing. A Redis error is returned wrapped; the lock may
+// then still be held until its ttl runs out, and Release may be called
+// again.
 func (l *Lock) Release(ctx context.Context) error {
 	if err := l.usable(ctx); err != nil {
 		return err

@@ -195,10 +195,7 @@ func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor *waiter) (t
 	code, _ := reply[0].(int64)
 	n, _ := reply[1].(int64)
 	if code == 1 {
-		l.mu.Lock()
-		l.fence, l.sent, l.acqCmd = n, sent, nil
-		l.mu.Unlock()
-		return 0, nil
+		return -1, l.acquired(ctx, sent, n)
 	}
 	return time.Duration(n) * time.Millisecond, ErrNotAcquired
 }

@@ -1,0 +1,147 @@
+// Package faultproxy is a TCP proxy on loopback for tests, between a client
+// and a server, that injects network faults: added latency, a blackhole
+// (connections accepted, nothing answered), a reply lost after its request
+// was delivered, and cut connections.
+package faultproxy
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A Proxy forwards connections from its own address to a target.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	latency   atomic.Int64 // nanoseconds added to every chunk, both ways
+	blackhole atomic.Bool  // swallow everything, answer nothing
+	dropReply atomic.Int32 // replies still to drop, each followed by a cut
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// Start listens on a free 127.0.0.1 port and forwards to target.
+func Start(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p.wg.Go(p.accept)
+	return p, nil
+}
+
+// Addr is the address clients dial.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetLatency delays every chunk of data, each way, by d.
+func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// SetBlackhole makes the proxy swallow everything and answer nothing (on),
+// on open connections and new ones, or forward again (off).
+func (p *Proxy) SetBlackhole(on bool) { p.blackhole.Store(on) }
+
+// DropNextReply makes the proxy deliver the next request to the server but
+// throw its reply away and cut that client's connection, as a network
+// failure right after the server acted would.
+func (p *Proxy) DropNextReply() { p.dropReply.Add(1) }
+
+// CutAll closes every open connection; new ones are still accepted.
+func (p *Proxy) CutAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// Close stops the proxy, closes every connection and waits for its
+// goroutines.
+func (p *Proxy) Close() {
+	_ = p.ln.Close()
+	p.CutAll()
+	p.wg.Wait()
+}
+
+func (p *Proxy) track(c net.Conn, add bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if add {
+		p.conns[c] = struct{}{}
+	} else {
+		delete(p.conns, c)
+	}
+}
+
+func (p *Proxy) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		p.track(client, true)
+		p.track(server, true)
+		p.wg.Go(func() {
+			p.pipe(client, server, false)
+			p.track(client, false)
+		})
+		p.wg.Go(func() {
+			p.pipe(server, client, true)
+			p.track(server, false)
+		})
+	}
+}
+
+// pipe copies from src to dst with the faults applied, until either side
+// closes; then it closes both.
+func (p *Proxy) pipe(src, dst net.Conn, replies bool) {
+	defer func() {
+		_ = src.Close()
+		_ = dst.Close()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if d := p.latency.Load(); d > 0 {
+				time.Sleep(time.Duration(d))
+			}
+			switch {
+			case p.blackhole.Load():
+				// Swallowed.
+			case replies && p.takeDrop():
+				return // the reply is lost with the connection
+			default:
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// takeDrop consumes one pending DropNextReply, if any.
+func (p *Proxy) takeDrop() bool {
+	for {
+		n := p.dropReply.Load()
+		if n <= 0 {
+			return false
+		}
+		if p.dropReply.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
