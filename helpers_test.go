@@ -2,6 +2,7 @@ package padlock_test
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,9 @@ import (
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{}) // tests that stop Redis would fill the log with dial errors
+	if mode := os.Getenv("PADLOCK_CHILD"); mode != "" {
+		os.Exit(runChild(mode)) // a lock holder in a child process (child_test.go)
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -1,0 +1,267 @@
+package padlock_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/padlock-go/padlock"
+)
+
+// Lock holders in child processes: the test binary runs itself again with
+// PADLOCK_CHILD set, so that a test can SIGSTOP, SIGCONT or kill -9 a real
+// holder. The child talks to Redis at PADLOCK_CHILD_ADDR.
+
+// fencedWrite is the fence-checking store of the fault tests: it sets the
+// register KEYS[1] (a hash) to ARGV[2] if the fence ARGV[1] is at least the
+// highest fence it has seen, and returns 1; otherwise it writes nothing and
+// returns 0. ARGV[1] = "0" writes without a fence check.
+var fencedWrite = redis.NewScript(`
+local fence = tonumber(ARGV[1])
+if fence > 0 then
+  local last = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+  if fence < last then return 0 end
+  redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+end
+redis.call('HSET', KEYS[1], 'value', ARGV[2])
+return 1`)
+
+// runChild runs the child named by mode and returns its exit status.
+func runChild(mode string) int {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("PADLOCK_CHILD_ADDR"), ReadTimeout: time.Second, MaxRetries: 2})
+	defer rdb.Close()
+	c := padlock.New(rdb)
+	defer c.Close()
+	var err error
+	switch mode {
+	case "holder":
+		err = holderChild(c, rdb)
+	case "lin":
+		err = linChild(c, rdb)
+	default:
+		err = fmt.Errorf("unknown child %q", mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	return 0
+}
+
+func childEnv(name string) string { return os.Getenv("PADLOCK_CHILD_" + name) }
+
+func childDuration(name string) time.Duration {
+	d, _ := time.ParseDuration(childEnv(name))
+	return d
+}
+
+// holderChild takes a fenced lock, keeps it alive, says "lost CAUSE" when
+// the lease ends, and answers commands on stdin: "write" (a fenced write of
+// the register), "extend", "release".
+func holderChild(c *padlock.Client, rdb *redis.Client) error {
+	ctx := context.Background()
+	key, reg := childEnv("KEY"), childEnv("REG")
+	l, err := c.TryAcquire(ctx, key, childDuration("TTL"), padlock.WithFencing())
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Printf(format+"\n", args...)
+	}
+	kctx, stop := l.KeepAlive(ctx)
+	defer stop()
+	say("acquired fence=%d", l.Fence())
+	context.AfterFunc(kctx, func() { say("lost %v", context.Cause(kctx)) })
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch in.Text() {
+		case "write":
+			ok, err := fencedWrite.Run(ctx, rdb, []string{reg}, l.Fence(), "written by the paused holder").Bool()
+			say("write ok=%v err=%v", ok, err)
+		case "extend":
+			say("extend %v", errName(l.Extend(ctx, time.Minute)))
+		case "release":
+			say("release %v", errName(l.Release(ctx)))
+		}
+	}
+	return nil
+}
+
+func errName(err error) string {
+	switch {
+	case err == nil:
+		return "nil"
+	case errors.Is(err, padlock.ErrNotHeld):
+		return "ErrNotHeld"
+	}
+	return err.Error()
+}
+
+// child is a running child process.
+type child struct {
+	cmd   *exec.Cmd
+	stdin interface{ Write([]byte) (int, error) }
+	lines chan string
+}
+
+// startChild runs the test binary as the child mode with env (names without
+// the PADLOCK_CHILD_ prefix), and collects its stdout lines.
+func startChild(t *testing.T, mode string, env map[string]string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PADLOCK_CHILD="+mode)
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, "PADLOCK_CHILD_"+k+"="+v)
+	}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ch := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 1<<16)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			ch.lines <- sc.Text()
+		}
+		close(ch.lines)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Kill)
+		_ = cmd.Wait()
+	})
+	return ch
+}
+
+// expect waits for the child's next line that starts with prefix.
+func (ch *child) expect(t *testing.T, prefix string, limit time.Duration) string {
+	t.Helper()
+	timeout := time.After(limit)
+	for {
+		select {
+		case line, ok := <-ch.lines:
+			if !ok {
+				t.Fatalf("child exited before saying %q", prefix)
+			}
+			if strings.HasPrefix(line, prefix) {
+				return line
+			}
+		case <-timeout:
+			t.Fatalf("child did not say %q within %v", prefix, limit)
+		}
+	}
+}
+
+func (ch *child) send(t *testing.T, command string) {
+	t.Helper()
+	if _, err := ch.stdin.Write([]byte(command + "\n")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// linOp is one operation of the linearizability workload, as a child
+// reports it: a read of the register, or a write of To after reading From.
+type linOp struct {
+	Kind   string `json:"kind"` // "read" or "write"
+	Client int    `json:"client"`
+	Call   int64  `json:"call"`
+	Return int64  `json:"return"`
+	Value  int64  `json:"value,omitempty"` // read
+	From   int64  `json:"from,omitempty"`  // write
+	To     int64  `json:"to,omitempty"`    // write
+	Result string `json:"result,omitempty"`
+}
+
+// linChild runs the linearizability workload's goroutines until
+// PADLOCK_CHILD_FOR has passed: each takes the lock, reads the register and
+// writes it plus one with its fence (0 unfenced), and releases. It prints
+// every operation as a JSON line.
+func linChild(c *padlock.Client, rdb *redis.Client) error {
+	key, reg := childEnv("KEY"), childEnv("REG")
+	fenced := childEnv("FENCED") == "1"
+	goroutines, _ := strconv.Atoi(childEnv("GOROUTINES"))
+	id, _ := strconv.Atoi(childEnv("ID"))
+	ttl := childDuration("TTL")
+	stopAt := time.Now().Add(childDuration("FOR"))
+	var opts []padlock.Option
+	if fenced {
+		opts = append(opts, padlock.WithFencing())
+	}
+	var mu sync.Mutex
+	out := json.NewEncoder(os.Stdout)
+	emit := func(op linOp) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = out.Encode(op)
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		client := id*goroutines + g
+		wg.Go(func() {
+			for time.Now().Before(stopAt) {
+				ctx, cancel := context.WithDeadline(context.Background(), stopAt)
+				l, err := c.Acquire(ctx, key, ttl, opts...)
+				cancel()
+				if err != nil {
+					continue
+				}
+				kctx, stop := l.KeepAlive(context.Background())
+				linSection(kctx, rdb, reg, l.Fence(), client, emit)
+				stop()
+				_ = l.Release(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// linSection is one critical section: read, then write plus one.
+func linSection(ctx context.Context, rdb *redis.Client, reg string, fence int64, client int, emit func(linOp)) {
+	call := time.Now().UnixNano()
+	s, err := rdb.HGet(context.Background(), reg, "value").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return // a failed read changes nothing: no operation
+	}
+	v, _ := strconv.ParseInt(s, 10, 64)
+	emit(linOp{Kind: "read", Client: client, Call: call, Return: time.Now().UnixNano(), Value: v})
+	// The work of the section; then a careless holder writes even if its
+	// lease ended meanwhile (ctx), as one paused between a check and its
+	// write would.
+	time.Sleep(500 * time.Microsecond)
+	_ = ctx
+	op := linOp{Kind: "write", Client: client, Call: time.Now().UnixNano(), From: v, To: v + 1}
+	ok, err := fencedWrite.Run(context.Background(), rdb, []string{reg}, fence, v+1).Bool()
+	op.Return = time.Now().UnixNano()
+	switch {
+	case err != nil:
+		op.Result = "unknown"
+	case ok:
+		op.Result = "ok"
+	default:
+		op.Result = "rejected"
+	}
+	emit(op)
+}
