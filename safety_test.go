@@ -247,3 +247,27 @@ func runLinWorkload(t *testing.T, fenced bool, d time.Duration) linRun {
 	run.final, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	return run
 }
+
+// A primary with a replica: a lock is copied to the replica, but
+// asynchronously: the primary hands out a lock before any replica has it,
+// so a failover in that window loses it (the limit docs/SAFETY.md states).
+func TestReplicaSeesTheLockOnlyOnceReplicated(t *testing.T) {
+	e := newReal(t, nil)
+	replica := redistest.StartReplica(t, e.srv)
+	rr := replica.Client()
+	l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithFencing())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return rr.Get(e.ctx, e.key).Val() == l.Token() }, 5*time.Second, 10*time.Millisecond,
+		"the lock reaches the replica")
+	require.NoError(t, l.Release(e.ctx))
+
+	replica.Pause()
+	l2, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err, "the primary does not wait for its replica")
+	acked, err := e.raw.Wait(e.ctx, 1, 200*time.Millisecond).Result()
+	require.NoError(t, err)
+	assert.Zero(t, acked, "no replica had the lock when it was handed out")
+	replica.Resume()
+	require.Eventually(t, func() bool { return rr.Get(e.ctx, e.key).Val() == l2.Token() }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, l2.Release(e.ctx))
+}

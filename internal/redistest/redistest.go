@@ -336,3 +336,21 @@ func StartSentinel(t T, primary *Server, master string) *Server {
 		c.args = append(c.args, "--sentinel")
 	})
 }
+
+// StartReplica starts a replica of primary and waits until it is in sync.
+func StartReplica(t T, primary *Server) *Server {
+	t.Helper()
+	s := Start(t, WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))
+	rdb := s.Client()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		info, err := rdb.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: replica not in sync after %v: %v %s", startTimeout, err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
