@@ -68,6 +68,9 @@
 // unresponsive server returns after its ReadTimeout. padlock's loss signal
 // does not depend on either: it is a timer.
 //
+// docs/SAFETY.md in the repository lists the faults padlock is tested
+// against, what it does under each, and what the caller must do.
+//
 // # Errors
 //
 // TryAcquire and Acquire return ErrNotAcquired when someone else holds the
