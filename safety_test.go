@@ -73,16 +73,15 @@ func TestFenceCounterAcrossRestarts(t *testing.T) {
 				opts = append(opts, redistest.WithAOF())
 			}
 			e := newReal(t, opts)
-			var last int64
 			for range 3 {
 				l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithFencing())
 				require.NoError(t, err)
-				last = l.Fence()
 				require.NoError(t, l.Release(e.ctx))
 			}
 			held, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithFencing())
 			require.NoError(t, err)
-			last = held.Fence()
+			last := held.Fence()
+			require.Equal(t, int64(4), last)
 
 			e.srv.Kill() // kill -9
 			e.srv.Restart()
