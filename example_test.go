@@ -168,3 +168,34 @@ func ExampleLockFromContext() {
 	// Output:
 	// writing with fence 1
 }
+
+// A fence-checking store in Redis: a write carries the writer's fence and
+// is applied only if no higher fence has written before. A holder paused
+// past its ttl cannot overwrite the work of the holder after it.
+func ExampleLock_Fence() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := padlock.New(rdb, padlock.WithFencing())
+	ctx := context.Background()
+
+	// KEYS[1]: the record, a hash with its value and the highest fence seen.
+	write := redis.NewScript(`
+local last = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if tonumber(ARGV[1]) < last then return 0 end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+return 1`)
+
+	paused, _ := locks.TryAcquire(ctx, "lock:invoice:7", time.Second)
+	_ = rdb.Del(ctx, "lock:invoice:7") // stands for: paused past its ttl, the lock expired
+	next, _ := locks.TryAcquire(ctx, "lock:invoice:7", time.Second)
+
+	ok, _ := write.Run(ctx, rdb, []string{"invoice:7"}, next.Fence(), "paid").Bool()
+	fmt.Println("new holder's write applied:", ok)
+	ok, _ = write.Run(ctx, rdb, []string{"invoice:7"}, paused.Fence(), "unpaid").Bool()
+	fmt.Println("paused holder's write applied:", ok)
+	fmt.Println("invoice:", rdb.HGet(ctx, "invoice:7", "value").Val())
+	// Output:
+	// new holder's write applied: true
+	// paused holder's write applied: false
+	// invoice: paid
+}
