@@ -354,3 +354,36 @@ func StartReplica(t T, primary *Server) *Server {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// StartClusterN starts a Redis Cluster of n masters (no replicas), created
+// with redis-cli --cluster create, and waits until every node reports the
+// cluster ok.
+func StartClusterN(t T, n int) []*Server {
+	t.Helper()
+	nodes := make([]*Server, n)
+	args := []string{"--cluster", "create"}
+	for i := range nodes {
+		nodes[i] = Start(t, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000"))
+		args = append(args, nodes[i].Addr())
+	}
+	args = append(args, "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for _, s := range nodes {
+		rdb := s.Client()
+		for {
+			info, err := rdb.ClusterInfo(context.Background()).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: cluster not ok after %v: %v %s", startTimeout, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nodes
+}

@@ -1,0 +1,135 @@
+package padlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/redistest"
+)
+
+// startCluster starts a 3-master cluster and a ClusterClient for it.
+func startCluster(t *testing.T) ([]*redistest.Server, *redis.ClusterClient) {
+	t.Helper()
+	nodes := redistest.StartClusterN(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = cc.Close() })
+	return nodes, cc
+}
+
+// Every operation works through a ClusterClient on a 3-master cluster, for
+// keys on every master: the side keys (fence, queue) and the notification
+// channel share the lock key's slot.
+func TestClusterOperations(t *testing.T) {
+	nodes, cc := startCluster(t)
+	ctx := t.Context()
+	c := padlock.New(cc, padlock.WithFencing())
+	defer c.Close()
+
+	owners := map[string]bool{}
+	for _, key := range []string{"lock:a", "lock:b", "lock:c", "lock:d", "lock:{order}:42"} {
+		owner, err := cc.MasterForKey(ctx, key)
+		require.NoError(t, err)
+		owners[owner.Options().Addr] = true
+
+		l, err := c.TryAcquire(ctx, key, 300*time.Millisecond)
+		require.NoError(t, err, key)
+		assert.Equal(t, int64(1), l.Fence(), key)
+		_, err = c.TryAcquire(ctx, key, time.Minute)
+		require.ErrorIs(t, err, padlock.ErrNotAcquired, key)
+		require.NoError(t, l.Extend(ctx, 300*time.Millisecond), key)
+		_, err = l.TTL(ctx)
+		require.NoError(t, err, key)
+		kctx, stop := l.KeepAlive(ctx)
+		time.Sleep(500 * time.Millisecond) // past the ttl
+		require.NoError(t, kctx.Err(), "%s: kept alive", key)
+		stop()
+
+		// A waiter, woken by the release notification on the key's node.
+		done := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			w, err := c.Acquire(wctx, key, time.Minute, neverPoll)
+			if err == nil {
+				if w.Fence() != 2 {
+					t.Errorf("%s: waiter's fence %d, want 2", key, w.Fence())
+				}
+				err = w.Release(ctx)
+			}
+			done <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		require.NoError(t, l.Release(ctx), key)
+		require.NoError(t, <-done, "%s: the waiter was woken by the release", key)
+
+		info, err := c.Inspect(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), info.Fence, key)
+		require.NoError(t, c.Do(ctx, key, time.Second, func(context.Context) error { return nil }), key)
+	}
+	assert.Len(t, owners, len(nodes), "the keys covered every master")
+}
+
+// The slot of a held lock moves to another master (as a resharding does).
+// The lock, its ttl and its fence counter move with it; the holder sees
+// nothing but go-redis following the redirect: its lease goes on, it
+// releases normally, and fences keep going up.
+func TestClusterSlotMovesWhileHeld(t *testing.T) {
+	nodes, cc := startCluster(t)
+	ctx := t.Context()
+	c := padlock.New(cc, padlock.WithFencing())
+	defer c.Close()
+	const key = "lock:{moving}"
+	l, err := c.TryAcquire(ctx, key, time.Second)
+	require.NoError(t, err)
+	kctx, stop := l.KeepAlive(ctx)
+	defer stop()
+
+	slot := int(cc.ClusterKeySlot(ctx, key).Val())
+	src, err := cc.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	var from, to *redistest.Server
+	for _, n := range nodes {
+		if n.Addr() == src.Options().Addr {
+			from = n
+		} else if to == nil {
+			to = n
+		}
+	}
+	fromC, toC := from.Client(), to.Client()
+	fromID, toID := fromC.ClusterMyID(ctx).Val(), toC.ClusterMyID(ctx).Val()
+	require.NoError(t, toC.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
+	require.NoError(t, fromC.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
+	keys, err := fromC.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 2, "the lock and its fence counter share the slot")
+	args := []any{"MIGRATE", "127.0.0.1", to.Port(), "", 0, 5000, "KEYS"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	require.NoError(t, fromC.Do(ctx, args...).Err())
+	for _, n := range nodes {
+		require.NoError(t, n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	}
+
+	time.Sleep(2 * time.Second) // two ttls: only renewals on the new master keep it
+	require.NoError(t, kctx.Err(), "the lease survived the move: %v", context.Cause(kctx))
+	owner, err := cc.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, to.Addr(), owner.Options().Addr, "the slot moved")
+	require.NoError(t, l.Release(ctx))
+	next, err := c.TryAcquire(ctx, key, time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), next.Fence(), "the fence counter moved with the lock")
+	require.NoError(t, next.Release(ctx))
+}
