@@ -27,6 +27,10 @@ var (
 	// that returns it has not touched Redis.
 	ErrInvalid = errors.New("padlock: invalid argument")
 
+	// ErrNotReplicated reports that fewer replicas than WithReplicas asked
+	// for acknowledged an acquire or extend in time; the lock was released.
+	ErrNotReplicated = errors.New("padlock: not replicated")
+
 	// ErrClosed reports a call on a Client after Close, or a wait that
 	// Close ended.
 	ErrClosed = errors.New("padlock: client closed")

@@ -140,7 +140,11 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	if err != nil {
 		return nil, o, err
 	}
-	l := &Lock{c: c, key: key, token: newToken(), metadata: o.metadata, ttl: ttl}
+	if err := o.checkReplicas(); err != nil {
+		return nil, o, err
+	}
+	l := &Lock{c: c, key: key, token: newToken(), metadata: o.metadata, ttl: ttl,
+		replicas: o.replicas, replicaTimeout: o.replicaTimeout}
 	l.keys[0] = key
 	l.queued = queueable(key)
 	if l.queued {
@@ -271,8 +275,18 @@ func hasHashTag(key string) bool {
 // if unknown). Any other error is wrapped; if the script may have run, the
 // lock is released again before attempt returns.
 func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
+	var r doer = c.rdb
+	var conn *redis.Conn
+	if l.replicas > 0 {
+		var err error
+		if conn, err = c.conn(ctx, l.key); err != nil {
+			return 0, err
+		}
+		defer conn.Close()
+		r = conn
+	}
 	sent := time.Now()
-	n, err := evalsha(ctx, c.rdb, acquireSrc, l.acqCmd).Int64()
+	n, err := evalsha(ctx, r, acquireSrc, l.acqCmd).Int64()
 	if err != nil {
 		if mayHaveRun(err) {
 			l.cleanup(ctx)
@@ -281,6 +295,12 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	}
 	if n < 0 {
 		return time.Duration(-2-n) * time.Millisecond, ErrNotAcquired
+	}
+	if conn != nil {
+		if err := l.replicated(ctx, conn); err != nil {
+			l.cleanup(ctx)
+			return 0, err
+		}
 	}
 	return 0, l.acquired(ctx, sent, n)
 }
@@ -330,17 +350,19 @@ func isRedisError(err error) bool {
 // safe for concurrent use. The zero Lock, or a nil *Lock, holds nothing:
 // its methods return ErrInvalid.
 type Lock struct {
-	c        *Client
-	key      string
-	token    string
-	value    string    // what the key holds: the token, then " " and metadata if any
-	metadata string    //
-	keys     [3]string // the key, its queue, its fence key (see keys.go)
-	queued   bool      // the key has a queue key
-	fenced   bool      // acquired WithFencing
-	args     [2]any    // the value and the acquire ttl, boxed once: script arguments
-	acqCmd   []any     // the acquire script's EVALSHA, built once (see evalsha)
-	relCmd   []any     // the release script's EVALSHA, built once
+	c              *Client
+	key            string
+	token          string
+	value          string        // what the key holds: the token, then " " and metadata if any
+	metadata       string        //
+	keys           [3]string     // the key, its queue, its fence key (see keys.go)
+	queued         bool          // the key has a queue key
+	fenced         bool          // acquired WithFencing
+	replicas       int           // WithReplicas: replicas to wait for after each write
+	replicaTimeout time.Duration // and for how long
+	args           [2]any        // the value and the acquire ttl, boxed once: script arguments
+	acqCmd         []any         // the acquire script's EVALSHA, built once (see evalsha)
+	relCmd         []any         // the release script's EVALSHA, built once
 
 	// extendMu serializes Extend round trips, the caller's and the
 	// scheduler's, so the local deadline follows the last one Redis ran.
@@ -510,6 +532,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	ok, err := l.extend(ctx, ttl)
 	switch {
+	case errors.Is(err, ErrNotReplicated):
+		l.cleanup(ctx)
+		l.lose(fmt.Errorf("%w: %w; released", ErrLost, err))
+		return fmt.Errorf("%w; released", err)
 	case err != nil:
 		return fmt.Errorf("padlock: extend %q: %w", l.key, err)
 	case !ok:
@@ -524,10 +550,25 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	l.extendMu.Lock()
 	defer l.extendMu.Unlock()
+	var r redis.Scripter = l.c.rdb
+	var conn *redis.Conn
+	if l.replicas > 0 {
+		var err error
+		if conn, err = l.c.conn(ctx, l.key); err != nil {
+			return false, err
+		}
+		defer conn.Close()
+		r = conn
+	}
 	sent := time.Now()
-	n, err := extendScript.Run(ctx, l.c.rdb, l.keys[:1], l.value, ttl.Milliseconds()).Int64()
+	n, err := extendScript.Run(ctx, r, l.keys[:1], l.value, ttl.Milliseconds()).Int64()
 	if err != nil || n == 0 {
 		return false, err
+	}
+	if conn != nil {
+		if err := l.replicated(ctx, conn); err != nil {
+			return true, err
+		}
 	}
 	l.extended(sent, ttl)
 	return true, nil

@@ -1,5 +1,7 @@
 package padlock
 
+import "time"
+
 // An Option configures a Client (passed to New, it sets the default for
 // every call) or a single call (passed to TryAcquire, Acquire, TryDo or Do,
 // it overrides the Client's default for that call).
@@ -10,10 +12,12 @@ type Option interface {
 // options holds every setting an Option can change. Its zero value is not
 // the default: see defaultOptions.
 type options struct {
-	fencing  bool
-	metadata string
-	backoff  Backoff
-	notify   bool
+	fencing        bool
+	metadata       string
+	backoff        Backoff
+	notify         bool
+	replicas       int
+	replicaTimeout time.Duration
 }
 
 func defaultOptions() options {

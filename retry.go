@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A Backoff says how long to wait before the next attempt, given how many
@@ -180,8 +182,18 @@ func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor *waiter) (t
 	if successor != nil {
 		next = successor.token
 	}
+	var r redis.Scripter = c.rdb
+	var conn *redis.Conn
+	if l.replicas > 0 {
+		var err error
+		if conn, err = c.conn(ctx, l.key); err != nil {
+			return 0, err
+		}
+		defer conn.Close()
+		r = conn
+	}
 	sent := time.Now()
-	reply, err := waitScript.Run(ctx, c.rdb, l.waitKeys(),
+	reply, err := waitScript.Run(ctx, r, l.waitKeys(),
 		l.args[0], l.args[1], l.token, next, queueTTL.Milliseconds()).Slice()
 	if err == nil && len(reply) < 2 {
 		err = fmt.Errorf("unexpected reply %v", reply)
@@ -195,6 +207,12 @@ func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor *waiter) (t
 	code, _ := reply[0].(int64)
 	n, _ := reply[1].(int64)
 	if code == 1 {
+		if conn != nil {
+			if err := l.replicated(ctx, conn); err != nil {
+				l.cleanup(ctx)
+				return 0, err
+			}
+		}
 		return -1, l.acquired(ctx, sent, n)
 	}
 	return time.Duration(n) * time.Millisecond, ErrNotAcquired

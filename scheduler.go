@@ -241,8 +241,13 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	rdb := s.c.rdb
 	var deadline time.Time
 	locked := b.leases[:0:0]
+	var single []*lease // WithReplicas: one at a time, each with its WAIT
 	s.mu.Lock()
 	for _, ls := range b.leases {
+		if ls.l.replicas > 0 {
+			single = append(single, ls)
+			continue
+		}
 		// A caller's Extend in flight moves the deadline itself.
 		if ls.l.extendMu.TryLock() {
 			locked = append(locked, ls)
@@ -261,6 +266,9 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 			ls.l.extendMu.Unlock()
 		}
 	}()
+	for _, ls := range single {
+		s.renewOne(ls)
+	}
 	if len(locked) == 0 {
 		return
 	}
@@ -295,6 +303,26 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 			ls.retryAt = retry.Add(max(ttls[i]/16, time.Millisecond))
 			s.mu.Unlock()
 		}
+	}
+}
+
+// renewOne renews a lock on its own (see WithReplicas).
+func (s *scheduler) renewOne(ls *lease) {
+	s.mu.Lock()
+	ttl, deadline := ls.ttl, ls.deadline()
+	s.mu.Unlock()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	ok, err := ls.l.extend(ctx, ttl)
+	switch {
+	case err == nil && ok:
+	case err == nil:
+		ls.l.lose(fmt.Errorf("%w: %q: renewal found it no longer ours", ErrLost, ls.l.key))
+	default:
+		s.mu.Lock()
+		ls.err = err
+		ls.retryAt = time.Now().Add(max(ttl/16, time.Millisecond))
+		s.mu.Unlock()
 	}
 }
 

@@ -47,11 +47,16 @@ var (
 	numKeys        = [...]any{"0", "1", "2", "3"}
 )
 
+// doer sends a command: a client, or one connection.
+type doer interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
 // evalsha runs a command built as ["evalsha", digest, numkeys, keys...,
 // args...], with its arguments boxed once by the caller rather than on
 // every call. On NOSCRIPT (a new or flushed server) it sends the same as
 // EVAL with src, which also loads the script.
-func evalsha(ctx context.Context, rdb redis.UniversalClient, src string, args []any) *redis.Cmd {
+func evalsha(ctx context.Context, rdb doer, src string, args []any) *redis.Cmd {
 	cmd := rdb.Do(ctx, args...)
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		eval := make([]any, len(args))

@@ -1,0 +1,64 @@
+package padlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// WithReplicas makes every acquire and extend of the lock wait, with WAIT,
+// until at least n replicas of the key's primary have it, for up to
+// timeout. If fewer acknowledge in time, the lock is released and the call
+// fails with an error matching ErrNotReplicated. It narrows the window in
+// which a failover loses a lock (replication is still asynchronous: a
+// replica that acknowledged can still lag behind a later write).
+// KeepAlive's renewals wait too; a renewal that misses its replicas counts
+// as a failed renewal (retried until the lock's local deadline).
+//
+// It needs a *redis.Client (or failover client) or a *redis.ClusterClient;
+// on other clients the calls fail with ErrInvalid. n < 1 turns it off;
+// timeout under 1ms is ErrInvalid.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return optionFunc(func(o *options) {
+		o.replicas, o.replicaTimeout = n, timeout
+	})
+}
+
+// checkReplicas validates the WithReplicas settings.
+func (o options) checkReplicas() error {
+	if o.replicas > 0 && o.replicaTimeout < time.Millisecond {
+		return fmt.Errorf("%w: WithReplicas timeout %v is under 1ms", ErrInvalid, o.replicaTimeout)
+	}
+	return nil
+}
+
+// conn returns one connection to the primary of key, so that WAIT follows
+// the write it is about. The caller closes it.
+func (c *Client) conn(ctx context.Context, key string) (*redis.Conn, error) {
+	switch rdb := c.rdb.(type) {
+	case *redis.Client:
+		return rdb.Conn(), nil
+	case *redis.ClusterClient:
+		node, err := rdb.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return node.Conn(), nil
+	}
+	return nil, fmt.Errorf("%w: WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", ErrInvalid, c.rdb)
+}
+
+// replicated waits for l's replicas after a write on conn. On failure the
+// error says how many acknowledged.
+func (l *Lock) replicated(ctx context.Context, conn *redis.Conn) error {
+	n, err := conn.Wait(ctx, l.replicas, l.replicaTimeout).Result()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %q: WAIT: %w", ErrNotReplicated, l.key, err)
+	case n < int64(l.replicas):
+		return fmt.Errorf("%w: %q: %d of %d replicas acknowledged within %v", ErrNotReplicated, l.key, n, l.replicas, l.replicaTimeout)
+	}
+	return nil
+}
