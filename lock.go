@@ -286,7 +286,13 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 		r = conn
 	}
 	sent := time.Now()
-	n, err := evalsha(ctx, r, acquireSrc, l.acqCmd).Int64()
+	var n int64
+	var err error
+	if l.many != nil {
+		n, err = acquireManyScript.Run(ctx, r.(redis.Scripter), l.many, l.args[:]...).Int64()
+	} else {
+		n, err = evalsha(ctx, r, acquireSrc, l.acqCmd).Int64()
+	}
 	if err != nil {
 		if mayHaveRun(err) {
 			l.cleanup(ctx)
@@ -358,6 +364,7 @@ type Lock struct {
 	keys           [3]string     // the key, its queue, its fence key (see keys.go)
 	queued         bool          // the key has a queue key
 	fenced         bool          // acquired WithFencing
+	many           []string      // the keys of a multi-key lock (TryAcquireMany), else nil
 	replicas       int           // WithReplicas: replicas to wait for after each write
 	replicaTimeout time.Duration // and for how long
 	args           [2]any        // the value and the acquire ttl, boxed once: script arguments
@@ -484,7 +491,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if released {
 		return l.notHeld()
 	}
-	n, err := evalsha(ctx, l.c.rdb, releaseSrc, l.relCmd).Int64()
+	n, err := l.release(ctx)
 	if err != nil {
 		return fmt.Errorf("padlock: release %q: %w", l.key, err)
 	}
@@ -507,7 +514,21 @@ func (l *Lock) cleanup(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
-	_ = evalsha(ctx, l.c.rdb, releaseSrc, l.relCmd).Err()
+	_, _ = l.release(ctx)
+}
+
+// release runs the release script, and reports 1 if every key was still
+// ours and is deleted, 0 if not (a multi-key lock with some keys no longer
+// ours has the others deleted, and reports 0).
+func (l *Lock) release(ctx context.Context) (int64, error) {
+	if l.many == nil {
+		return evalsha(ctx, l.c.rdb, releaseSrc, l.relCmd).Int64()
+	}
+	n, err := releaseManyScript.Run(ctx, l.c.rdb, l.many, l.args[0]).Int64()
+	if err == nil && n < int64(len(l.many)) {
+		n = 0
+	}
+	return min(n, 1), err
 }
 
 // Extend sets the lock to expire ttl from now, if it is still ours, in one
@@ -561,7 +582,11 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 		r = conn
 	}
 	sent := time.Now()
-	n, err := extendScript.Run(ctx, r, l.keys[:1], l.value, ttl.Milliseconds()).Int64()
+	script, keys := extendScript, l.keys[:1]
+	if l.many != nil {
+		script, keys = extendManyScript, l.many
+	}
+	n, err := script.Run(ctx, r, keys, l.value, ttl.Milliseconds()).Int64()
 	if err != nil || n == 0 {
 		return false, err
 	}
@@ -594,7 +619,11 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if l.isReleased() {
 		return 0, l.notHeld()
 	}
-	n, err := pttlScript.Run(ctx, l.c.rdb, l.keys[:1], l.value).Int64()
+	script, keys := pttlScript, l.keys[:1]
+	if l.many != nil {
+		script, keys = pttlManyScript, l.many
+	}
+	n, err := script.Run(ctx, l.c.rdb, keys, l.value).Int64()
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("padlock: ttl %q: %w", l.key, err)

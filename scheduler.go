@@ -284,8 +284,9 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 		}
 	}
 	if noscript {
-		// A flushed or restarted server: load the script, and try again.
+		// A flushed or restarted server: load the scripts, and try again.
 		_ = extendScript.Load(ctx, rdb).Err()
+		_ = extendManyScript.Load(ctx, rdb).Err()
 		sent = time.Now()
 		cmds = s.extendAll(ctx, rdb, locked, ttls)
 	}
@@ -332,7 +333,11 @@ func (s *scheduler) extendAll(ctx context.Context, rdb redis.UniversalClient, le
 	cmds := make([]*redis.Cmd, len(leases))
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, ls := range leases {
-			cmds[i] = extendScript.EvalSha(ctx, p, ls.l.keys[:1], ls.l.value, ttls[i].Milliseconds())
+			script, keys := extendScript, ls.l.keys[:1]
+			if ls.l.many != nil {
+				script, keys = extendManyScript, ls.l.many
+			}
+			cmds[i] = script.EvalSha(ctx, p, keys, ls.l.value, ttls[i].Milliseconds())
 		}
 		return nil
 	})

@@ -34,6 +34,22 @@ var (
 	leaveSrc    string
 	leaveScript = redis.NewScript(leaveSrc)
 
+	//go:embed acquire_many.lua
+	acquireManySrc    string
+	acquireManyScript = redis.NewScript(acquireManySrc)
+
+	//go:embed release_many.lua
+	releaseManySrc    string
+	releaseManyScript = redis.NewScript(releaseManySrc)
+
+	//go:embed extend_many.lua
+	extendManySrc    string
+	extendManyScript = redis.NewScript(extendManySrc)
+
+	//go:embed pttl_many.lua
+	pttlManySrc    string
+	pttlManyScript = redis.NewScript(pttlManySrc)
+
 	//go:embed inspect.lua
 	inspectSrc    string
 	inspectScript = redis.NewScript(inspectSrc)

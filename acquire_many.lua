@@ -1,0 +1,19 @@
+-- acquire_many.lua: take every lock KEYS[1..n] for the value ARGV[1], for
+-- ARGV[2] milliseconds, or none of them.
+-- Returns 0 when all are ours (a retry that finds them ours succeeds), or
+-- -2 - PTTL when some other holder has one: the longest PTTL among the
+-- keys held by others (-1 means one is held with no expiry).
+local longest = nil
+for i = 1, #KEYS do
+  local v = redis.call('GET', KEYS[i])
+  if v and v ~= ARGV[1] then
+    local pttl = redis.call('PTTL', KEYS[i])
+    if pttl < 0 then return -1 end
+    if not longest or pttl > longest then longest = pttl end
+  end
+end
+if longest then return -2 - longest end
+for i = 1, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+end
+return 0
