@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/faultproxy"
 	"github.com/padlock-go/padlock/internal/redistest"
 )
 
@@ -125,5 +126,50 @@ func TestTryAcquireReleaseAllocsNoMoreThanFloor(t *testing.T) {
 	t.Logf("allocs per TryAcquire+Release: padlock %.1f, go-redis floor %.1f", padlockAllocs, floorAllocs)
 	if padlockAllocs > floorAllocs {
 		t.Errorf("padlock allocates %.1f per cycle, the floor %.1f", padlockAllocs, floorAllocs)
+	}
+}
+
+// BenchmarkRedlock compares one TryAcquire + Release on a Redlock of five
+// redis-servers with the same on one of them: the nodes are asked in
+// parallel, so the quorum should cost little more than one node. On
+// loopback a round trip is all CPU, and five of them on a 2-core machine
+// cannot overlap; with network latency (net=2ms: 1ms each way, added by a
+// proxy in front of every node) they do.
+func BenchmarkRedlock(b *testing.B) {
+	e := startRedlock(b, 5)
+	var slow []redis.UniversalClient
+	for _, s := range e.srvs {
+		p, err := faultproxy.Start(s.Addr())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(p.Close)
+		p.SetLatency(time.Millisecond)
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+		b.Cleanup(func() { _ = rdb.Close() })
+		slow = append(slow, rdb)
+	}
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name string
+		c    *padlock.Client
+	}{
+		{"net=loopback/nodes=1", padlock.New(e.raws[0])},
+		{"net=loopback/nodes=5", e.c},
+		{"net=2ms/nodes=1", padlock.New(slow[0])},
+		{"net=2ms/nodes=5", padlock.NewRedlock(slow)},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := tt.c.TryAcquire(ctx, "bench:redlock", 10*time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -36,6 +36,7 @@ type Client struct {
 	opts    options
 	notify  notifier
 	sched   scheduler
+	nodes   []redis.UniversalClient // a Redlock's primaries (NewRedlock), or nil
 	// wait sleeps for d, or until ctx ends (returning its error), when
 	// notifications are off.
 	wait func(ctx context.Context, key string, d time.Duration) error
@@ -143,10 +144,13 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	if err := o.checkReplicas(); err != nil {
 		return nil, o, err
 	}
+	if err := c.checkRedlock(o); err != nil {
+		return nil, o, err
+	}
 	l := &Lock{c: c, key: key, token: newToken(), metadata: o.metadata, ttl: ttl,
 		replicas: o.replicas, replicaTimeout: o.replicaTimeout}
 	l.keys[0] = key
-	l.queued = queueable(key)
+	l.queued = queueable(key) && c.nodes == nil // a Redlock's waiters queue only in their Client
 	if l.queued {
 		l.keys[1] = sideKey(key, "queue")
 	}
@@ -275,6 +279,9 @@ func hasHashTag(key string) bool {
 // if unknown). Any other error is wrapped; if the script may have run, the
 // lock is released again before attempt returns.
 func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
+	if c.nodes != nil {
+		return c.redlockAttempt(ctx, l)
+	}
 	var r doer = c.rdb
 	var conn *redis.Conn
 	if l.replicas > 0 {
@@ -521,6 +528,9 @@ func (l *Lock) cleanup(ctx context.Context) {
 // ours and is deleted, 0 if not (a multi-key lock with some keys no longer
 // ours has the others deleted, and reports 0).
 func (l *Lock) release(ctx context.Context) (int64, error) {
+	if l.c.nodes != nil {
+		return l.redlockRelease(ctx)
+	}
 	if l.many == nil {
 		return evalsha(ctx, l.c.rdb, releaseSrc, l.relCmd).Int64()
 	}
@@ -571,6 +581,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	l.extendMu.Lock()
 	defer l.extendMu.Unlock()
+	if l.c.nodes != nil {
+		return l.redlockExtend(ctx, ttl)
+	}
 	var r redis.Scripter = l.c.rdb
 	var conn *redis.Conn
 	if l.replicas > 0 {
@@ -619,11 +632,17 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if l.isReleased() {
 		return 0, l.notHeld()
 	}
-	script, keys := pttlScript, l.keys[:1]
-	if l.many != nil {
-		script, keys = pttlManyScript, l.many
+	var n int64
+	var err error
+	if l.c.nodes != nil {
+		n, err = l.redlockTTL(ctx)
+	} else {
+		script, keys := pttlScript, l.keys[:1]
+		if l.many != nil {
+			script, keys = pttlManyScript, l.many
+		}
+		n, err = script.Run(ctx, l.c.rdb, keys, l.value).Int64()
 	}
-	n, err := script.Run(ctx, l.c.rdb, keys, l.value).Int64()
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("padlock: ttl %q: %w", l.key, err)

@@ -3,6 +3,7 @@ package padlock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -116,17 +117,13 @@ func (c *Client) dequeue(w *waiter, acquired bool) {
 			signal(next.wake)
 		}
 	}
-	var stop *subscriber
 	if len(q.waiters) == 0 {
 		delete(n.queues, w.key)
 		if q.subscribed {
-			stop = c.unsubscribeLocked(w.key)
+			c.unsubscribeLocked(w.key)
 		}
 	}
 	n.mu.Unlock()
-	if stop != nil {
-		stop.close()
-	}
 }
 
 func signal(ch chan struct{}) {
@@ -177,16 +174,6 @@ func (c *Client) registered(w *waiter) {
 	c.notify.mu.Unlock()
 }
 
-// group is the routing group of key's channel: every channel of a plain
-// client shares one connection; on a Cluster or a Ring, where channels
-// live on different nodes, each key has its own.
-func (c *Client) group(key string) string {
-	if _, ok := c.rdb.(*redis.Client); ok {
-		return ""
-	}
-	return key
-}
-
 // subscribe makes sure key's channel is subscribed, and for a new
 // connection waits (up to subscribeTimeout, or ctx) for Redis to confirm
 // it. It reports whether this call subscribed the channel; on failure the
@@ -204,7 +191,47 @@ func (c *Client) trySubscribe(ctx context.Context, key string) error {
 		return errAlreadySubscribed
 	}
 	q.subscribed = true
-	g := c.group(key)
+	n.mu.Unlock()
+
+	nodes := c.pubsubNodes()
+	var errs []error
+	for i, node := range nodes {
+		if err := c.subscribeOn(ctx, c.groupOn(i, node, key), node, key, q); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == len(nodes) {
+		n.mu.Lock()
+		q.subscribed = false
+		n.mu.Unlock()
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// pubsubNodes are the servers whose releases a waiter listens to: every
+// node of a Redlock, or the one client.
+func (c *Client) pubsubNodes() []redis.UniversalClient {
+	if c.nodes != nil {
+		return c.nodes
+	}
+	return []redis.UniversalClient{c.rdb}
+}
+
+// groupOn is the routing group of key's channel on node number i: every
+// channel of a plain client shares one connection; on a Cluster or a Ring,
+// where channels live on different nodes, each key has its own.
+func (c *Client) groupOn(i int, node redis.UniversalClient, key string) string {
+	if _, ok := node.(*redis.Client); ok {
+		key = ""
+	}
+	return strconv.Itoa(i) + "/" + key
+}
+
+// subscribeOn subscribes key's channel on node, in group g.
+func (c *Client) subscribeOn(ctx context.Context, g string, node redis.UniversalClient, key string, q *keyQueue) error {
+	n := &c.notify
+	n.mu.Lock()
 	s := n.subs[g]
 	if s != nil && s.idle != nil {
 		s.idle.Stop()
@@ -213,16 +240,14 @@ func (c *Client) trySubscribe(ctx context.Context, key string) error {
 	n.mu.Unlock()
 
 	if s == nil {
-		fresh, err := c.newSubscriber(ctx, key)
+		fresh, err := c.newSubscriber(ctx, node, key)
 		n.mu.Lock()
 		switch {
 		case err != nil:
-			q.subscribed = false
 			n.mu.Unlock()
 			return err
 		case n.closed || n.subs[g] == nil && n.queues[key] != q:
 			// Closed, or the key's waiters all left meanwhile.
-			q.subscribed = false
 			n.mu.Unlock()
 			fresh.close()
 			return errAlreadySubscribed
@@ -257,7 +282,7 @@ func (s *subscriber) close() {
 
 // newSubscriber opens a pub/sub connection subscribed to key's channel,
 // sharded if the server has it, and starts its reader.
-func (c *Client) newSubscriber(ctx context.Context, key string) (*subscriber, error) {
+func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, key string) (*subscriber, error) {
 	ctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
 	defer cancel()
 	n := &c.notify
@@ -269,7 +294,7 @@ func (c *Client) newSubscriber(ctx context.Context, key string) (*subscriber, er
 	var err error
 	sharded := mode >= 0
 	if sharded {
-		ps = c.rdb.SSubscribe(ctx, key)
+		ps = node.SSubscribe(ctx, key)
 		if _, err = ps.Receive(ctx); err != nil && isUnknownCommand(err) {
 			_ = ps.Close()
 			sharded = false
@@ -279,7 +304,7 @@ func (c *Client) newSubscriber(ctx context.Context, key string) (*subscriber, er
 		}
 	}
 	if !sharded {
-		ps = c.rdb.Subscribe(ctx, key)
+		ps = node.Subscribe(ctx, key)
 		_, err = ps.Receive(ctx)
 	}
 	if err != nil {
@@ -320,33 +345,34 @@ func (s *subscriber) read(n *notifier) {
 	}
 }
 
-// unsubscribeLocked drops key's channel, and returns the subscriber to
-// close if no channel is left on it. c.notify.mu must be held.
-func (c *Client) unsubscribeLocked(key string) *subscriber {
+// unsubscribeLocked drops key's channel; a connection left with no channel
+// closes after subscriberLinger. c.notify.mu must be held.
+func (c *Client) unsubscribeLocked(key string) {
 	n := &c.notify
-	g := c.group(key)
-	s := n.subs[g]
-	if s == nil {
-		return nil
-	}
-	if g != "" || !n.anySubscribedLocked() {
-		// Idle: keep the connection a little while, for the next waiter
-		// (a key that alternates between free and contended would
-		// otherwise dial a connection per hand-off).
-		if s.idle == nil {
-			s.idle = time.AfterFunc(subscriberLinger, func() { c.closeIdle(g, s) })
+	for i, node := range c.pubsubNodes() {
+		g := c.groupOn(i, node, key)
+		s := n.subs[g]
+		if s == nil {
+			continue
 		}
-		return nil
+		if g[len(g)-1] != '/' || !n.anySubscribedLocked() {
+			// Idle: keep the connection a little while, for the next waiter
+			// (a key that alternates between free and contended would
+			// otherwise dial a connection per hand-off).
+			if s.idle == nil {
+				s.idle = time.AfterFunc(subscriberLinger, func() { c.closeIdle(g, s) })
+			}
+			continue
+		}
+		// The shared connection stays open for the other keys.
+		ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+		if s.sharded {
+			_ = s.ps.SUnsubscribe(ctx, key)
+		} else {
+			_ = s.ps.Unsubscribe(ctx, key)
+		}
+		cancel()
 	}
-	// The shared connection stays open for the other keys.
-	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
-	defer cancel()
-	if s.sharded {
-		_ = s.ps.SUnsubscribe(ctx, key)
-	} else {
-		_ = s.ps.Unsubscribe(ctx, key)
-	}
-	return nil
 }
 
 // closeIdle closes s if it is still idle.

@@ -241,10 +241,10 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	rdb := s.c.rdb
 	var deadline time.Time
 	locked := b.leases[:0:0]
-	var single []*lease // WithReplicas: one at a time, each with its WAIT
+	var single []*lease // WithReplicas or Redlock: one at a time
 	s.mu.Lock()
 	for _, ls := range b.leases {
-		if ls.l.replicas > 0 {
+		if ls.l.replicas > 0 || ls.l.c.nodes != nil {
 			single = append(single, ls)
 			continue
 		}

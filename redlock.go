@@ -1,0 +1,223 @@
+package padlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// NewRedlock returns a Client whose locks live on several independent Redis
+// primaries at once (the Redlock algorithm): a lock is taken when a quorum
+// of them, len(clients)/2 + 1, take it within its validity, the ttl minus
+// the time the attempt took minus a drift of 1% of the ttl + 2ms. Attempts
+// go to every node in parallel; an attempt that misses its quorum or its
+// validity is undone on every node. Release, Extend, TTL and KeepAlive act
+// on every node and succeed on a quorum; waiters are woken by a release
+// on any node.
+//
+// The Client has the API of New's. WithFencing is refused with ErrInvalid:
+// independent primaries keep independent counters, and no number handed
+// out by a quorum of them is guaranteed to be higher than one handed out
+// before (the nodes of two quorums can differ). WithReplicas is refused
+// too. Inspect reads the first node. Redlock survives the loss of a
+// minority of nodes; it does not make a lock safe against a paused holder.
+//
+// A nil client, or no clients, makes every call fail with ErrInvalid. New
+// starts no goroutine; neither does NewRedlock.
+func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Client {
+	var first redis.UniversalClient
+	if len(clients) > 0 && !slices.ContainsFunc(clients, isNil) {
+		first = clients[0]
+	}
+	c := New(first, opts...)
+	if first != nil {
+		c.nodes = slices.Clone(clients)
+	}
+	return c
+}
+
+// quorum is how many nodes make a majority.
+func (c *Client) quorum() int { return len(c.nodes)/2 + 1 }
+
+// nodeResult is one node's answer.
+type nodeResult struct {
+	n   int64
+	err error
+}
+
+// onNodes runs f on every node in parallel, each with its own timeout of
+// a tenth of ttl (at least 10ms), so that a dead node cannot hold the
+// others up, and returns their answers in node order. It blocks until all
+// have answered. (go-redis applies the timeout to dialing always, and to
+// reads only with ContextTimeoutEnabled.)
+func (c *Client) onNodes(ctx context.Context, ttl time.Duration, f func(ctx context.Context, r redis.UniversalClient) (int64, error)) []nodeResult {
+	res := make([]nodeResult, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, node := range c.nodes {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, max(ttl/10, 10*time.Millisecond))
+			defer cancel()
+			res[i].n, res[i].err = f(ctx, node)
+		})
+	}
+	wg.Wait()
+	return res
+}
+
+// checkRedlock refuses the options Redlock cannot honour.
+func (c *Client) checkRedlock(o options) error {
+	switch {
+	case c.nodes == nil:
+		return nil
+	case o.fencing:
+		return fmt.Errorf("%w: WithFencing on a Redlock: independent primaries hand out no fence that is sure to be higher than every earlier one", ErrInvalid)
+	case o.replicas > 0:
+		return fmt.Errorf("%w: WithReplicas on a Redlock", ErrInvalid)
+	}
+	return nil
+}
+
+// redlockAttempt is attempt on a Redlock: the acquire script on every node
+// at once, a quorum within the validity, or undo.
+func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, error) {
+	sent := time.Now()
+	res := c.onNodes(ctx, l.ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+		if l.many != nil {
+			return acquireManyScript.Run(ctx, r, l.many, l.args[:]...).Int64()
+		}
+		return evalsha(ctx, r, acquireSrc, l.acqCmd).Int64()
+	})
+	took, pttl := 0, time.Duration(-1)
+	var errs []error
+	for _, r := range res {
+		switch {
+		case r.err != nil:
+			errs = append(errs, r.err)
+		case r.n >= 0:
+			took++
+		default:
+			if p := time.Duration(-2-r.n) * time.Millisecond; p >= 0 && (pttl < 0 || p < pttl) {
+				pttl = p
+			}
+		}
+	}
+	validity := l.ttl - time.Since(sent) - drift(l.ttl)
+	if took >= c.quorum() && validity > 0 {
+		return 0, l.acquired(ctx, sent, 0)
+	}
+	if took > 0 || len(errs) > 0 {
+		l.cleanup(ctx) // undo the minority, and what the lost replies may have taken
+	}
+	held := len(c.nodes) - took - len(errs)
+	switch {
+	case took >= c.quorum():
+		return -1, fmt.Errorf("%w: %q: a quorum took %v, more than its ttl allows; released", ErrNotAcquired, l.key, time.Since(sent))
+	case held > len(c.nodes)-c.quorum():
+		return pttl, ErrNotAcquired // a majority is held elsewhere
+	}
+	return 0, fmt.Errorf("padlock: acquire %q: %d of %d nodes, quorum %d: %w", l.key, took, len(c.nodes), c.quorum(), errors.Join(errs...))
+}
+
+// redlockCount runs f on every node and counts the nodes that answered 1,
+// those that answered 0 (not ours), and joins the errors.
+func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, f func(ctx context.Context, r redis.UniversalClient) (int64, error)) (ours, notOurs int, err error) {
+	var errs []error
+	for _, r := range c.onNodes(ctx, ttl, f) {
+		switch {
+		case r.err != nil:
+			errs = append(errs, r.err)
+		case r.n > 0:
+			ours++
+		default:
+			notOurs++
+		}
+	}
+	return ours, notOurs, errors.Join(errs...)
+}
+
+// redlockRelease deletes the lock on every node; it reports 1 if a quorum
+// still held it.
+func (l *Lock) redlockRelease(ctx context.Context) (int64, error) {
+	c := l.c
+	ours, notOurs, err := c.redlockCount(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+		if l.many != nil {
+			n, err := releaseManyScript.Run(ctx, r, l.many, l.args[0]).Int64()
+			return min(n/int64(len(l.many)), 1), err
+		}
+		return evalsha(ctx, r, releaseSrc, l.relCmd).Int64()
+	})
+	switch {
+	case ours >= c.quorum():
+		return 1, nil
+	case notOurs > len(c.nodes)-c.quorum():
+		return 0, nil
+	}
+	return 0, err
+}
+
+// redlockExtend extends the lock on every node: ok if a quorum did within
+// the new validity; not ok (lost) if too many nodes no longer hold it;
+// an error if too many could not answer.
+func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, error) {
+	c := l.c
+	sent := time.Now()
+	script, keys := extendScript, l.keys[:1]
+	if l.many != nil {
+		script, keys = extendManyScript, l.many
+	}
+	ours, notOurs, err := c.redlockCount(ctx, ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+		return script.Run(ctx, r, keys, l.value, ttl.Milliseconds()).Int64()
+	})
+	switch {
+	case ours >= c.quorum() && time.Since(sent) < ttl-drift(ttl):
+		l.extended(sent, ttl)
+		return true, nil
+	case notOurs > len(c.nodes)-c.quorum():
+		return false, nil
+	case err == nil:
+		err = fmt.Errorf("a quorum extended it after its validity")
+	}
+	return false, err
+}
+
+// redlockTTL is the ttl a quorum still guarantees: the quorum-th longest
+// among the nodes that hold the lock; -3 if fewer than a quorum do.
+func (l *Lock) redlockTTL(ctx context.Context) (int64, error) {
+	c := l.c
+	script, keys := pttlScript, l.keys[:1]
+	if l.many != nil {
+		script, keys = pttlManyScript, l.many
+	}
+	var ttls []int64
+	var errs []error
+	for _, r := range c.onNodes(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+		return script.Run(ctx, r, keys, l.value).Int64()
+	}) {
+		switch {
+		case r.err != nil:
+			errs = append(errs, r.err)
+		case r.n >= 0:
+			ttls = append(ttls, r.n)
+		}
+	}
+	if len(ttls) < c.quorum() {
+		if len(ttls)+len(errs) >= c.quorum() {
+			return 0, errors.Join(errs...)
+		}
+		return -3, nil
+	}
+	slices.Sort(ttls)
+	slices.Reverse(ttls)
+	return ttls[c.quorum()-1], nil
+}
+
+func (l *Lock) currentTTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}

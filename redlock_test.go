@@ -1,0 +1,141 @@
+package padlock_test
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/redistest"
+)
+
+// redlockEnv is five independent redis-servers and a Redlock over them.
+type redlockEnv struct {
+	srvs []*redistest.Server
+	raws []*redis.Client
+	c    *padlock.Client
+}
+
+func startRedlock(t testing.TB, n int, opts ...padlock.Option) *redlockEnv {
+	t.Helper()
+	e := &redlockEnv{}
+	var clients []redis.UniversalClient
+	for range n {
+		s := redistest.Start(t)
+		e.srvs = append(e.srvs, s)
+		e.raws = append(e.raws, s.Client())
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		clients = append(clients, rdb)
+	}
+	e.c = padlock.NewRedlock(clients, opts...)
+	t.Cleanup(func() { _ = e.c.Close() })
+	return e
+}
+
+func (e *redlockEnv) values(key string) []string {
+	var out []string
+	for _, r := range e.raws {
+		out = append(out, r.Get(context.Background(), key).Val())
+	}
+	return out
+}
+
+// For every subset of the five nodes already taken by someone else, the
+// lock is acquired if and only if a majority is free; a failed attempt
+// leaves nothing behind and another holder's keys are never touched.
+func TestRedlockQuorumOverEverySubset(t *testing.T) {
+	e := startRedlock(t, 5)
+	ctx := t.Context()
+	for taken := range 1 << 5 {
+		key := fmt.Sprintf("lock:redlock:%05b", taken)
+		for i, r := range e.raws {
+			if taken&(1<<i) != 0 {
+				require.NoError(t, r.Set(ctx, key, "other", time.Minute).Err())
+			}
+		}
+		free := 5 - bits.OnesCount(uint(taken))
+		l, err := e.c.TryAcquire(ctx, key, time.Minute)
+		if free >= 3 {
+			require.NoError(t, err, "%05b: %d free nodes make a quorum", taken, free)
+			require.NoError(t, l.Release(ctx))
+		} else {
+			require.ErrorIs(t, err, padlock.ErrNotAcquired, "%05b: %d free nodes", taken, free)
+		}
+		for i, v := range e.values(key) {
+			if taken&(1<<i) != 0 {
+				assert.Equal(t, "other", v, "%05b: node %d's other holder untouched", taken, i)
+			} else {
+				assert.Empty(t, v, "%05b: node %d left clean", taken, i)
+			}
+		}
+	}
+}
+
+// Killing one, then two of five nodes during a lease keeps it (a quorum of
+// three remains); killing a third loses it.
+func TestRedlockSurvivesAMinority(t *testing.T) {
+	e := startRedlock(t, 5)
+	ctx := t.Context()
+	const ttl = 600 * time.Millisecond
+	l, err := e.c.TryAcquire(ctx, "lock:redlock:lease", ttl)
+	require.NoError(t, err)
+	kctx, stop := l.KeepAlive(ctx)
+	defer stop()
+	for i := range 2 {
+		e.srvs[i].Kill()
+		time.Sleep(3 * ttl)
+		require.NoError(t, kctx.Err(), "with %d nodes down: %v", i+1, context.Cause(kctx))
+		_, err := l.TTL(ctx)
+		require.NoError(t, err)
+	}
+	_, err = e.c.TryAcquire(ctx, "lock:redlock:lease", ttl)
+	require.ErrorIs(t, err, padlock.ErrNotAcquired, "still held on a quorum")
+	e.srvs[2].Kill()
+	waitDone(t, kctx, 5*time.Second)
+	require.ErrorIs(t, context.Cause(kctx), padlock.ErrLost)
+}
+
+// A node restarted empty forgets the lock; the other four still hold it,
+// and Extend, TTL and Release succeed on that quorum.
+func TestRedlockNodeRestartedEmpty(t *testing.T) {
+	e := startRedlock(t, 5)
+	ctx := t.Context()
+	l, err := e.c.TryAcquire(ctx, "lock:redlock:restart", time.Minute)
+	require.NoError(t, err)
+	e.srvs[0].Restart()
+	assert.Empty(t, e.raws[0].Get(ctx, "lock:redlock:restart").Val())
+	require.NoError(t, l.Extend(ctx, time.Minute))
+	d, err := l.TTL(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, d, 50*time.Second)
+	require.NoError(t, l.Release(ctx))
+	for i, v := range e.values("lock:redlock:restart") {
+		assert.Empty(t, v, "node %d", i)
+	}
+}
+
+func TestRedlockWaitersAreWokenAndFencingIsRefused(t *testing.T) {
+	e := startRedlock(t, 3)
+	ctx := t.Context()
+	holder, err := e.c.TryAcquire(ctx, "lock:redlock:wait", time.Hour)
+	require.NoError(t, err)
+	time.AfterFunc(100*time.Millisecond, func() { _ = holder.Release(context.Background()) })
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := e.c.Acquire(wctx, "lock:redlock:wait", time.Minute, neverPoll)
+	require.NoError(t, err, "woken by a release notification")
+	require.NoError(t, l.Release(ctx))
+
+	_, err = e.c.TryAcquire(ctx, "lock:redlock:fenced", time.Minute, padlock.WithFencing())
+	require.ErrorIs(t, err, padlock.ErrInvalid)
+	assert.Contains(t, err.Error(), "no fence")
+	_, err = padlock.NewRedlock(nil).TryAcquire(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, padlock.ErrInvalid)
+}
