@@ -48,6 +48,11 @@
 // network): such a holder cannot know it has lost the lock, and a lock
 // alone cannot stop its late write. Fencing can.
 //
+// TryAcquireMany and AcquireMany take several keys at once, all or none.
+// WithReplicas waits for replicas after every write of a lock, and
+// NewRedlock spreads a lock over several independent primaries; the README
+// compares the topologies.
+//
 // # What is not guaranteed
 //
 // A lock is only as durable as the Redis that holds it. If Redis restarts
