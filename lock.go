@@ -147,8 +147,10 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	if err := c.checkRedlock(o); err != nil {
 		return nil, o, err
 	}
-	l := &Lock{c: c, key: key, token: newToken(), metadata: o.metadata, ttl: ttl,
-		replicas: o.replicas, replicaTimeout: o.replicaTimeout}
+	l := &Lock{c: c, key: key, ttl: ttl}
+	if o.replicas > 0 {
+		l.x = &lockExtra{replicas: o.replicas, replicaTimeout: o.replicaTimeout}
+	}
 	l.keys[0] = key
 	l.queued = queueable(key) && c.nodes == nil // a Redlock's waiters queue only in their Client
 	if l.queued {
@@ -161,9 +163,9 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		l.keys[2] = sideKey(key, "fence")
 		l.fenced = true
 	}
-	l.value = l.token
+	l.value = newToken()
 	if o.metadata != "" {
-		l.value = l.token + " " + o.metadata
+		l.value += " " + o.metadata
 	}
 	// The script arguments, boxed once for every call of this lock.
 	l.args[0], l.args[1] = l.value, c.ttlArg(ttl)
@@ -284,7 +286,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	}
 	var r doer = c.rdb
 	var conn *redis.Conn
-	if l.replicas > 0 {
+	if l.replicaCount() > 0 {
 		var err error
 		if conn, err = c.conn(ctx, l.key); err != nil {
 			return 0, err
@@ -295,8 +297,8 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	sent := time.Now()
 	var n int64
 	var err error
-	if l.many != nil {
-		n, err = acquireManyScript.Run(ctx, r.(redis.Scripter), l.many, l.args[:]...).Int64()
+	if l.multi() != nil {
+		n, err = acquireManyScript.Run(ctx, r.(redis.Scripter), l.multi(), l.args[:]...).Int64()
 	} else {
 		n, err = evalsha(ctx, r, acquireSrc, l.acqCmd).Int64()
 	}
@@ -359,24 +361,44 @@ func isRedisError(err error) bool {
 	return errors.As(err, &rerr)
 }
 
+// lockExtra holds the settings of a lock that most locks do not have, to
+// keep the common Lock small (a service may keep thousands alive).
+type lockExtra struct {
+	many           []string      // the keys of a multi-key lock (TryAcquireMany)
+	replicas       int           // WithReplicas: replicas to wait for after each write
+	replicaTimeout time.Duration // and for how long
+}
+
+// multi returns the keys of a multi-key lock, or nil.
+func (l *Lock) multi() []string {
+	if l.x == nil {
+		return nil
+	}
+	return l.x.many
+}
+
+// replicaCount is the number of replicas to wait for (WithReplicas), or 0.
+func (l *Lock) replicaCount() int {
+	if l.x == nil {
+		return 0
+	}
+	return l.x.replicas
+}
+
 // A Lock is a lock taken in Redis by TryAcquire or Acquire. Its methods are
 // safe for concurrent use. The zero Lock, or a nil *Lock, holds nothing:
 // its methods return ErrInvalid.
 type Lock struct {
-	c              *Client
-	key            string
-	token          string
-	value          string        // what the key holds: the token, then " " and metadata if any
-	metadata       string        //
-	keys           [3]string     // the key, its queue, its fence key (see keys.go)
-	queued         bool          // the key has a queue key
-	fenced         bool          // acquired WithFencing
-	many           []string      // the keys of a multi-key lock (TryAcquireMany), else nil
-	replicas       int           // WithReplicas: replicas to wait for after each write
-	replicaTimeout time.Duration // and for how long
-	args           [2]any        // the value and the acquire ttl, boxed once: script arguments
-	acqCmd         []any         // the acquire script's EVALSHA, built once (see evalsha)
-	relCmd         []any         // the release script's EVALSHA, built once
+	c      *Client
+	key    string
+	value  string     // what the key holds: the token, then " " and metadata if any
+	keys   [3]string  // the key, its queue, its fence key (see keys.go)
+	queued bool       // the key has a queue key
+	fenced bool       // acquired WithFencing
+	x      *lockExtra // what few locks need, or nil
+	args   [2]any     // the value and the acquire ttl, boxed once: script arguments
+	acqCmd []any      // the acquire script's EVALSHA, built once (see evalsha)
+	relCmd []any      // the release script's EVALSHA, built once
 
 	// extendMu serializes Extend round trips, the caller's and the
 	// scheduler's, so the local deadline follows the last one Redis ran.
@@ -409,7 +431,15 @@ func (l *Lock) Token() string {
 	if l == nil {
 		return ""
 	}
-	return l.token
+	return l.tok()
+}
+
+// tok is the token: the value's first tokenLen bytes.
+func (l *Lock) tok() string {
+	if len(l.value) < tokenLen {
+		return ""
+	}
+	return l.value[:tokenLen]
 }
 
 // Metadata returns the string stored with the lock by WithMetadata, or "".
@@ -417,7 +447,10 @@ func (l *Lock) Metadata() string {
 	if l == nil {
 		return ""
 	}
-	return l.metadata
+	if len(l.value) <= tokenLen {
+		return ""
+	}
+	return l.value[tokenLen+1:]
 }
 
 // Fence returns the lock's fencing token: with WithFencing, a number > 0
@@ -531,11 +564,11 @@ func (l *Lock) release(ctx context.Context) (int64, error) {
 	if l.c.nodes != nil {
 		return l.redlockRelease(ctx)
 	}
-	if l.many == nil {
+	if l.multi() == nil {
 		return evalsha(ctx, l.c.rdb, releaseSrc, l.relCmd).Int64()
 	}
-	n, err := releaseManyScript.Run(ctx, l.c.rdb, l.many, l.args[0]).Int64()
-	if err == nil && n < int64(len(l.many)) {
+	n, err := releaseManyScript.Run(ctx, l.c.rdb, l.multi(), l.args[0]).Int64()
+	if err == nil && n < int64(len(l.multi())) {
 		n = 0
 	}
 	return min(n, 1), err
@@ -586,7 +619,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	}
 	var r redis.Scripter = l.c.rdb
 	var conn *redis.Conn
-	if l.replicas > 0 {
+	if l.replicaCount() > 0 {
 		var err error
 		if conn, err = l.c.conn(ctx, l.key); err != nil {
 			return false, err
@@ -596,8 +629,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	}
 	sent := time.Now()
 	script, keys := extendScript, l.keys[:1]
-	if l.many != nil {
-		script, keys = extendManyScript, l.many
+	if l.multi() != nil {
+		script, keys = extendManyScript, l.multi()
 	}
 	n, err := script.Run(ctx, r, keys, l.value, ttl.Milliseconds()).Int64()
 	if err != nil || n == 0 {
@@ -638,8 +671,8 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		n, err = l.redlockTTL(ctx)
 	} else {
 		script, keys := pttlScript, l.keys[:1]
-		if l.many != nil {
-			script, keys = pttlManyScript, l.many
+		if l.multi() != nil {
+			script, keys = pttlManyScript, l.multi()
 		}
 		n, err = script.Run(ctx, l.c.rdb, keys, l.value).Int64()
 	}

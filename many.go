@@ -56,8 +56,8 @@ func (l *Lock) Keys() []string {
 	if l == nil {
 		return nil
 	}
-	if l.many != nil {
-		return append([]string(nil), l.many...)
+	if l.multi() != nil {
+		return append([]string(nil), l.multi()...)
 	}
 	return []string{l.key}
 }
@@ -96,7 +96,10 @@ func (c *Client) newManyLock(ctx context.Context, keys []string, ttl time.Durati
 			}
 		}
 	}
-	l.many = append([]string(nil), keys...)
+	if l.x == nil {
+		l.x = &lockExtra{}
+	}
+	l.x.many = append([]string(nil), keys...)
 	l.queued = false // waiters for several keys do not queue in Redis
 	return l, o, nil
 }

@@ -87,8 +87,8 @@ func (c *Client) checkRedlock(o options) error {
 func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	sent := time.Now()
 	res := c.onNodes(ctx, l.ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		if l.many != nil {
-			return acquireManyScript.Run(ctx, r, l.many, l.args[:]...).Int64()
+		if l.multi() != nil {
+			return acquireManyScript.Run(ctx, r, l.multi(), l.args[:]...).Int64()
 		}
 		return evalsha(ctx, r, acquireSrc, l.acqCmd).Int64()
 	})
@@ -145,9 +145,9 @@ func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, f func(ctx
 func (l *Lock) redlockRelease(ctx context.Context) (int64, error) {
 	c := l.c
 	ours, notOurs, err := c.redlockCount(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		if l.many != nil {
-			n, err := releaseManyScript.Run(ctx, r, l.many, l.args[0]).Int64()
-			return min(n/int64(len(l.many)), 1), err
+		if l.multi() != nil {
+			n, err := releaseManyScript.Run(ctx, r, l.multi(), l.args[0]).Int64()
+			return min(n/int64(len(l.multi())), 1), err
 		}
 		return evalsha(ctx, r, releaseSrc, l.relCmd).Int64()
 	})
@@ -167,8 +167,8 @@ func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, erro
 	c := l.c
 	sent := time.Now()
 	script, keys := extendScript, l.keys[:1]
-	if l.many != nil {
-		script, keys = extendManyScript, l.many
+	if l.multi() != nil {
+		script, keys = extendManyScript, l.multi()
 	}
 	ours, notOurs, err := c.redlockCount(ctx, ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return script.Run(ctx, r, keys, l.value, ttl.Milliseconds()).Int64()
@@ -190,8 +190,8 @@ func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, erro
 func (l *Lock) redlockTTL(ctx context.Context) (int64, error) {
 	c := l.c
 	script, keys := pttlScript, l.keys[:1]
-	if l.many != nil {
-		script, keys = pttlManyScript, l.many
+	if l.multi() != nil {
+		script, keys = pttlManyScript, l.multi()
 	}
 	var ttls []int64
 	var errs []error

@@ -53,12 +53,12 @@ func (c *Client) conn(ctx context.Context, key string) (*redis.Conn, error) {
 // replicated waits for l's replicas after a write on conn. On failure the
 // error says how many acknowledged.
 func (l *Lock) replicated(ctx context.Context, conn *redis.Conn) error {
-	n, err := conn.Wait(ctx, l.replicas, l.replicaTimeout).Result()
+	n, err := conn.Wait(ctx, l.replicaCount(), l.x.replicaTimeout).Result()
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: %q: WAIT: %w", ErrNotReplicated, l.key, err)
-	case n < int64(l.replicas):
-		return fmt.Errorf("%w: %q: %d of %d replicas acknowledged within %v", ErrNotReplicated, l.key, n, l.replicas, l.replicaTimeout)
+	case n < int64(l.replicaCount()):
+		return fmt.Errorf("%w: %q: %d of %d replicas acknowledged within %v", ErrNotReplicated, l.key, n, l.replicaCount(), l.x.replicaTimeout)
 	}
 	return nil
 }

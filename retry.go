@@ -80,7 +80,7 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 	var held bool
 	head := true
 	if o.notify {
-		if w, head, err = c.enqueue(l.key, l.token); err != nil {
+		if w, head, err = c.enqueue(l.key, l.tok()); err != nil {
 			return nil, fmt.Errorf("padlock: acquire %q: %w", l.key, err)
 		}
 		defer func() { c.dequeue(w, err == nil) }()
@@ -184,7 +184,7 @@ func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor *waiter) (t
 	}
 	var r redis.Scripter = c.rdb
 	var conn *redis.Conn
-	if l.replicas > 0 {
+	if l.replicaCount() > 0 {
 		var err error
 		if conn, err = c.conn(ctx, l.key); err != nil {
 			return 0, err
@@ -194,7 +194,7 @@ func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor *waiter) (t
 	}
 	sent := time.Now()
 	reply, err := waitScript.Run(ctx, r, l.waitKeys(),
-		l.args[0], l.args[1], l.token, next, queueTTL.Milliseconds()).Slice()
+		l.args[0], l.args[1], l.tok(), next, queueTTL.Milliseconds()).Slice()
 	if err == nil && len(reply) < 2 {
 		err = fmt.Errorf("unexpected reply %v", reply)
 	}
@@ -225,5 +225,5 @@ func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor *waiter) (t
 func (l *Lock) leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCleanupTimeout)
 	defer cancel()
-	_ = leaveScript.Run(ctx, l.c.rdb, l.keys[:2], l.token, graceArg).Err()
+	_ = leaveScript.Run(ctx, l.c.rdb, l.keys[:2], l.tok(), graceArg).Err()
 }

@@ -244,7 +244,7 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	var single []*lease // WithReplicas or Redlock: one at a time
 	s.mu.Lock()
 	for _, ls := range b.leases {
-		if ls.l.replicas > 0 || ls.l.c.nodes != nil {
+		if ls.l.replicaCount() > 0 || ls.l.c.nodes != nil {
 			single = append(single, ls)
 			continue
 		}
@@ -334,8 +334,8 @@ func (s *scheduler) extendAll(ctx context.Context, rdb redis.UniversalClient, le
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, ls := range leases {
 			script, keys := extendScript, ls.l.keys[:1]
-			if ls.l.many != nil {
-				script, keys = extendManyScript, ls.l.many
+			if ls.l.multi() != nil {
+				script, keys = extendManyScript, ls.l.multi()
 			}
 			cmds[i] = script.EvalSha(ctx, p, keys, ls.l.value, ttls[i].Milliseconds())
 		}
