@@ -388,3 +388,17 @@ func TestDemoThroughGoRun(t *testing.T) {
 	require.NoError(t, cmd.Run(), stderr.String())
 	checkDemo(t, result{stdout: stdout.String(), stderr: stderr.String()})
 }
+
+// rediss:// URLs work (here with a self-signed certificate, so skip_verify).
+func TestRunOverTLS(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithTLS())
+	url := "rediss://" + srv.TLSAddr() + "?skip_verify=true"
+	r := padlockRun(t, url, "run", "lock:tls", "--", "sh", "-c", "echo ran")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "ran\n", r.stdout)
+	r = padlockRun(t, url, "inspect", "lock:tls")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "not held")
+	r = padlockRun(t, "redis://"+srv.TLSAddr(), "run", "lock:tls", "--", "true")
+	assert.Equal(t, 69, r.code, "plain text to a TLS port fails, and nothing runs")
+}

@@ -43,6 +43,7 @@ type Option func(*config)
 type config struct {
 	args []string
 	conf string // a config file, given to redis-server before the flags
+	tls  bool
 }
 
 // WithAOF turns on the append-only file with appendfsync always, so that
@@ -61,11 +62,13 @@ func WithArgs(args ...string) Option {
 
 // A Server is one redis-server process started by Start.
 type Server struct {
-	t    T
-	dir  string
-	args []string
-	conf string
-	port int
+	t       T
+	dir     string
+	args    []string
+	conf    string
+	port    int
+	tlsPort int
+	tls     bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -99,12 +102,17 @@ func Start(t T, opts ...Option) *Server {
 	for _, o := range opts {
 		o(&c)
 	}
-	s := &Server{t: t, dir: t.TempDir(), args: c.args, conf: c.conf}
+	s := &Server{t: t, dir: t.TempDir(), args: c.args, conf: c.conf, tls: c.tls}
 	t.Cleanup(s.cleanup)
 	var err error
 	for try := 0; try < 5; try++ {
 		if s.port, err = freePort(); err != nil {
 			continue
+		}
+		if s.tls {
+			if s.tlsPort, err = freePort(); err != nil {
+				continue
+			}
 		}
 		if err = s.start(); err == nil {
 			return s
@@ -155,6 +163,13 @@ func (s *Server) start() error {
 	}, s.args...)
 	if s.conf != "" {
 		args = append([]string{s.conf}, args...)
+	}
+	if s.tls {
+		targs, err := tlsArgs(s.dir, s.tlsPort)
+		if err != nil {
+			return err
+		}
+		args = append(args, targs...)
 	}
 	cmd := exec.Command("redis-server", args...)
 	cmd.SysProcAttr = sysProcAttr()
