@@ -112,8 +112,7 @@ func TestKeepAliveLostByLocalDeadlineWhenRedisStops(t *testing.T) {
 	require.NoError(t, err)
 	kctx, stop := l.KeepAlive(e.ctx)
 	defer stop()
-	var at atomic.Pointer[time.Time]
-	context.AfterFunc(kctx, func() { now := time.Now(); at.Store(&now) })
+	lost := whenDone(kctx)
 
 	time.Sleep(ttl / 2) // a renewal or so
 	require.NoError(t, kctx.Err())
@@ -123,15 +122,32 @@ func TestKeepAliveLostByLocalDeadlineWhenRedisStops(t *testing.T) {
 	cause := context.Cause(kctx)
 	require.ErrorIs(t, cause, padlock.ErrLost)
 	assert.Contains(t, cause.Error(), "local deadline")
-	deadline := l.Deadline()
-	require.Eventually(t, func() bool { return at.Load() != nil }, time.Second, time.Millisecond)
-	// The loss is signalled by a timer at the deadline; allow for
-	// scheduling on a loaded machine, but not for a renewal's timeouts
-	// (go-redis spends about 1.7s on a refused connection).
-	if late := at.Load().Sub(deadline); late > 250*time.Millisecond {
+	at := lost(t)
+	assertLostByDeadline(t, at, l.Deadline())
+	assert.False(t, at.Before(l.Deadline()), "lost before the local deadline (%v early)", l.Deadline().Sub(at))
+}
+
+// whenDone records when ctx is done; the returned function waits for that
+// and returns it.
+func whenDone(ctx context.Context) func(t *testing.T) time.Time {
+	var at atomic.Pointer[time.Time]
+	context.AfterFunc(ctx, func() { now := time.Now(); at.Store(&now) })
+	return func(t *testing.T) time.Time {
+		t.Helper()
+		require.Eventually(t, func() bool { return at.Load() != nil }, time.Second, time.Millisecond)
+		return *at.Load()
+	}
+}
+
+// assertLostByDeadline checks that a lease ended at at, no later than its
+// local deadline. The loss is a timer at the deadline: the slack is for
+// scheduling on a loaded machine, not for a renewal's timeouts (go-redis
+// spends about 1.7s on a refused connection).
+func assertLostByDeadline(t *testing.T, at, deadline time.Time) {
+	t.Helper()
+	if late := at.Sub(deadline); late > 250*time.Millisecond {
 		t.Errorf("lost %v after the local deadline", late)
 	}
-	assert.False(t, at.Load().Before(deadline), "lost before the local deadline (%v early)", deadline.Sub(*at.Load()))
 }
 
 func TestKeepAliveSurvivesARestartWithPersistence(t *testing.T) {
