@@ -45,7 +45,10 @@ func TestPausedHolder(t *testing.T) {
 	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
 	lost := ch.expect(t, "lost ", 5*time.Second)
 	assert.Contains(t, lost, "padlock: lock lost")
-	if d := time.Since(resumed); d > ttl/3+time.Second {
+	// Its local deadline passed while it was stopped: the loss is
+	// signalled at once (about a millisecond here); the slack is for a
+	// loaded machine scheduling the resumed process.
+	if d := time.Since(resumed); d > ttl/3+150*time.Millisecond {
 		t.Errorf("ErrLost %v after the holder resumed; one renewal period is %v", d, ttl/3)
 	}
 	ch.send(t, "write")
