@@ -56,10 +56,7 @@ func TestKeepAliveKeepsTheLockPastItsTTL(t *testing.T) {
 	stop()
 	stop() // idempotent
 	require.ErrorIs(t, context.Cause(kctx), context.Canceled)
-	e.n.reset()
-	time.Sleep(300 * time.Millisecond)
-	assert.Zero(t, e.renewals(), "renewing went on after stop")
-	require.ErrorIs(t, l.Release(e.ctx), padlock.ErrNotHeld, "not renewed, so it expired")
+	assertRenewingStopped(t, e, l, 300*time.Millisecond, "renewing went on after stop")
 }
 
 func TestKeepAliveReportsLossWhenTheLockIsTaken(t *testing.T) {
@@ -125,6 +122,16 @@ func TestKeepAliveLostByLocalDeadlineWhenRedisStops(t *testing.T) {
 	at := lost(t)
 	assertLostByDeadline(t, at, l.Deadline())
 	assert.False(t, at.Before(l.Deadline()), "lost before the local deadline (%v early)", l.Deadline().Sub(at))
+}
+
+// assertRenewingStopped checks that no renewal of l reaches Redis for
+// wait (longer than l's ttl), and that l has therefore expired.
+func assertRenewingStopped(t *testing.T, e *env, l *padlock.Lock, wait time.Duration, msg string) {
+	t.Helper()
+	e.n.reset()
+	time.Sleep(wait)
+	assert.Zero(t, e.renewals(), msg)
+	require.ErrorIs(t, l.Release(e.ctx), padlock.ErrNotHeld, "not renewed, so it expired")
 }
 
 // whenDone records when ctx is done; the returned function waits for that
@@ -249,10 +256,7 @@ func TestKeepAliveSharedByTwoCallers(t *testing.T) {
 	assert.Positive(t, e.renewals(), "renewing went on for the second caller")
 	assert.Equal(t, l.Token(), e.get(e.key))
 	stop2()
-	e.n.reset()
-	time.Sleep(150 * time.Millisecond)
-	assert.Zero(t, e.renewals(), "renewing went on after both stopped")
-	require.ErrorIs(t, l.Release(e.ctx), padlock.ErrNotHeld, "not renewed, so it expired")
+	assertRenewingStopped(t, e, l, 150*time.Millisecond, "renewing went on after both stopped")
 }
 
 func TestKeepAliveEndsWithItsParentContext(t *testing.T) {
@@ -267,10 +271,7 @@ func TestKeepAliveEndsWithItsParentContext(t *testing.T) {
 	waitDone(t, kctx, time.Second)
 	require.ErrorIs(t, context.Cause(kctx), errShutdown)
 	time.Sleep(20 * time.Millisecond) // let the renewer see it
-	e.n.reset()
-	time.Sleep(200 * time.Millisecond)
-	assert.Zero(t, e.renewals(), "renewing went on after the parent ended")
-	require.ErrorIs(t, l.Release(e.ctx), padlock.ErrNotHeld, "not renewed, so it expired")
+	assertRenewingStopped(t, e, l, 200*time.Millisecond, "renewing went on after the parent ended")
 }
 
 func TestKeepAliveStopWaitsForTheRenewer(t *testing.T) {
