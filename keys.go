@@ -1,6 +1,9 @@
 package padlock
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // The keys of a lock, l.keys: [0] the lock itself; [1] its queue of
 // waiting clients, which also holds the hand-off from a release to the
@@ -19,10 +22,16 @@ var graceArg any = handoffGrace.Milliseconds()
 // attempt, at the least: waiters poll more often than that.
 const queueTTL = time.Minute
 
+// queued reports whether l's waiters queue in Redis (its key has a queue).
+func (l *Lock) queued() bool { return l.keys[1] != "" }
+
+// fenced reports whether l was taken WithFencing (it has a fence key).
+func (l *Lock) fenced() bool { return l.keys[2] != "" }
+
 // tryKeys are the acquire script's keys: the lock, and the fence counter
 // at KEYS[3] when fenced.
 func (l *Lock) tryKeys() []string {
-	if l.fenced {
+	if l.fenced() {
 		return l.keys[:3]
 	}
 	return l.keys[:1]
@@ -31,7 +40,7 @@ func (l *Lock) tryKeys() []string {
 // waitKeys are the wait script's keys: the lock, its queue, and the fence
 // counter when fenced.
 func (l *Lock) waitKeys() []string {
-	if l.fenced {
+	if l.fenced() {
 		return l.keys[:3]
 	}
 	return l.keys[:2]
@@ -40,8 +49,48 @@ func (l *Lock) waitKeys() []string {
 // releaseKeys are the release script's keys: the lock, and its queue when
 // it has one.
 func (l *Lock) releaseKeys() []string {
-	if l.queued {
+	if l.queued() {
 		return l.keys[:2]
 	}
 	return l.keys[:1]
+}
+
+// acquireOn runs one acquire attempt of l on r, and returns the reply of
+// acquire.lua (or acquire_many.lua, of the same form).
+func (l *Lock) acquireOn(ctx context.Context, r doer) (int64, error) {
+	if m := l.multi(); m != nil {
+		return acquireManyScript.Run(ctx, r, m, l.args[:]...).Int64()
+	}
+	return evalsha(ctx, r, acquireScript, l.acqCmd).Int64()
+}
+
+// releaseOn deletes l on r if it is still ours, and reports 1 if it was,
+// else 0. A multi-key lock with some keys no longer ours has the others
+// deleted, and reports 0.
+func (l *Lock) releaseOn(ctx context.Context, r doer) (int64, error) {
+	m := l.multi()
+	if m == nil {
+		return evalsha(ctx, r, releaseScript, l.relCmd).Int64()
+	}
+	n, err := releaseManyScript.Run(ctx, r, m, l.args[0]).Int64()
+	if n < int64(len(m)) {
+		return 0, err
+	}
+	return 1, err
+}
+
+// extendCall is the script and keys that extend l.
+func (l *Lock) extendCall() (luaScript, []string) {
+	if m := l.multi(); m != nil {
+		return extendManyScript, m
+	}
+	return extendScript, l.keys[:1]
+}
+
+// pttlCall is the script and keys that read l's remaining ttl.
+func (l *Lock) pttlCall() (luaScript, []string) {
+	if m := l.multi(); m != nil {
+		return pttlManyScript, m
+	}
+	return pttlScript, l.keys[:1]
 }

@@ -152,16 +152,14 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		l.x = &lockExtra{replicas: o.replicas, replicaTimeout: o.replicaTimeout}
 	}
 	l.keys[0] = key
-	l.queued = queueable(key) && c.nodes == nil // a Redlock's waiters queue only in their Client
-	if l.queued {
+	if queueable(key) && c.nodes == nil { // a Redlock's waiters queue only in their Client
 		l.keys[1] = sideKey(key, "queue")
 	}
 	if o.fencing {
-		if !l.queued {
+		if !queueable(key) {
 			return nil, o, fmt.Errorf("%w: fencing needs a key without '}' or with a hash tag, got %q", ErrInvalid, key)
 		}
 		l.keys[2] = sideKey(key, "fence")
-		l.fenced = true
 	}
 	l.value = newToken()
 	if o.metadata != "" {
@@ -284,24 +282,15 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	if c.nodes != nil {
 		return c.redlockAttempt(ctx, l)
 	}
-	var r doer = c.rdb
-	var conn *redis.Conn
-	if l.replicaCount() > 0 {
-		var err error
-		if conn, err = c.conn(ctx, l.key); err != nil {
-			return 0, err
-		}
+	r, conn, err := l.writer(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if conn != nil {
 		defer conn.Close()
-		r = conn
 	}
 	sent := time.Now()
-	var n int64
-	var err error
-	if l.multi() != nil {
-		n, err = acquireManyScript.Run(ctx, r.(redis.Scripter), l.multi(), l.args[:]...).Int64()
-	} else {
-		n, err = evalsha(ctx, r, acquireSrc, l.acqCmd).Int64()
-	}
+	n, err := l.acquireOn(ctx, r)
 	if err != nil {
 		if mayHaveRun(err) {
 			l.cleanup(ctx)
@@ -392,9 +381,7 @@ type Lock struct {
 	c      *Client
 	key    string
 	value  string     // what the key holds: the token, then " " and metadata if any
-	keys   [3]string  // the key, its queue, its fence key (see keys.go)
-	queued bool       // the key has a queue key
-	fenced bool       // acquired WithFencing
+	keys   [3]string  // the key, its queue, its fence key, or "" (see keys.go)
 	x      *lockExtra // what few locks need, or nil
 	args   [2]any     // the value and the acquire ttl, boxed once: script arguments
 	acqCmd []any      // the acquire script's EVALSHA, built once (see evalsha)
@@ -564,14 +551,7 @@ func (l *Lock) release(ctx context.Context) (int64, error) {
 	if l.c.nodes != nil {
 		return l.redlockRelease(ctx)
 	}
-	if l.multi() == nil {
-		return evalsha(ctx, l.c.rdb, releaseSrc, l.relCmd).Int64()
-	}
-	n, err := releaseManyScript.Run(ctx, l.c.rdb, l.multi(), l.args[0]).Int64()
-	if err == nil && n < int64(len(l.multi())) {
-		n = 0
-	}
-	return min(n, 1), err
+	return l.releaseOn(ctx, l.c.rdb)
 }
 
 // Extend sets the lock to expire ttl from now, if it is still ours, in one
@@ -617,21 +597,15 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	if l.c.nodes != nil {
 		return l.redlockExtend(ctx, ttl)
 	}
-	var r redis.Scripter = l.c.rdb
-	var conn *redis.Conn
-	if l.replicaCount() > 0 {
-		var err error
-		if conn, err = l.c.conn(ctx, l.key); err != nil {
-			return false, err
-		}
+	r, conn, err := l.writer(ctx)
+	if err != nil {
+		return false, err
+	}
+	if conn != nil {
 		defer conn.Close()
-		r = conn
 	}
 	sent := time.Now()
-	script, keys := extendScript, l.keys[:1]
-	if l.multi() != nil {
-		script, keys = extendManyScript, l.multi()
-	}
+	script, keys := l.extendCall()
 	n, err := script.Run(ctx, r, keys, l.value, ttl.Milliseconds()).Int64()
 	if err != nil || n == 0 {
 		return false, err
@@ -670,10 +644,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if l.c.nodes != nil {
 		n, err = l.redlockTTL(ctx)
 	} else {
-		script, keys := pttlScript, l.keys[:1]
-		if l.multi() != nil {
-			script, keys = pttlManyScript, l.multi()
-		}
+		script, keys := l.pttlCall()
 		n, err = script.Run(ctx, l.c.rdb, keys, l.value).Int64()
 	}
 	switch {

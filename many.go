@@ -100,7 +100,7 @@ func (c *Client) newManyLock(ctx context.Context, keys []string, ttl time.Durati
 		l.x = &lockExtra{}
 	}
 	l.x.many = append([]string(nil), keys...)
-	l.queued = false // waiters for several keys do not queue in Redis
+	l.keys[1] = "" // waiters for several keys do not queue in Redis
 	return l, o, nil
 }
 

@@ -87,10 +87,7 @@ func (c *Client) checkRedlock(o options) error {
 func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	sent := time.Now()
 	res := c.onNodes(ctx, l.ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		if l.multi() != nil {
-			return acquireManyScript.Run(ctx, r, l.multi(), l.args[:]...).Int64()
-		}
-		return evalsha(ctx, r, acquireSrc, l.acqCmd).Int64()
+		return l.acquireOn(ctx, r)
 	})
 	took, pttl := 0, time.Duration(-1)
 	var errs []error
@@ -145,11 +142,7 @@ func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, f func(ctx
 func (l *Lock) redlockRelease(ctx context.Context) (int64, error) {
 	c := l.c
 	ours, notOurs, err := c.redlockCount(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		if l.multi() != nil {
-			n, err := releaseManyScript.Run(ctx, r, l.multi(), l.args[0]).Int64()
-			return min(n/int64(len(l.multi())), 1), err
-		}
-		return evalsha(ctx, r, releaseSrc, l.relCmd).Int64()
+		return l.releaseOn(ctx, r)
 	})
 	switch {
 	case ours >= c.quorum():
@@ -166,10 +159,7 @@ func (l *Lock) redlockRelease(ctx context.Context) (int64, error) {
 func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, error) {
 	c := l.c
 	sent := time.Now()
-	script, keys := extendScript, l.keys[:1]
-	if l.multi() != nil {
-		script, keys = extendManyScript, l.multi()
-	}
+	script, keys := l.extendCall()
 	ours, notOurs, err := c.redlockCount(ctx, ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return script.Run(ctx, r, keys, l.value, ttl.Milliseconds()).Int64()
 	})
@@ -189,10 +179,7 @@ func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, erro
 // among the nodes that hold the lock; -3 if fewer than a quorum do.
 func (l *Lock) redlockTTL(ctx context.Context) (int64, error) {
 	c := l.c
-	script, keys := pttlScript, l.keys[:1]
-	if l.multi() != nil {
-		script, keys = pttlManyScript, l.multi()
-	}
+	script, keys := l.pttlCall()
 	var ttls []int64
 	var errs []error
 	for _, r := range c.onNodes(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {

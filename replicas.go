@@ -50,6 +50,19 @@ func (c *Client) conn(ctx context.Context, key string) (*redis.Conn, error) {
 	return nil, fmt.Errorf("%w: WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", ErrInvalid, c.rdb)
 }
 
+// writer returns what a write of l goes through: the client; or, with
+// WithReplicas, one connection to the key's primary (conn, for the caller
+// to close), so that the WAIT after the write follows it.
+func (l *Lock) writer(ctx context.Context) (r doer, conn *redis.Conn, err error) {
+	if l.replicaCount() == 0 {
+		return l.c.rdb, nil, nil
+	}
+	if conn, err = l.c.conn(ctx, l.key); err != nil {
+		return nil, nil, err
+	}
+	return conn, conn, nil
+}
+
 // replicated waits for l's replicas after a write on conn. On failure the
 // error says how many acknowledged.
 func (l *Lock) replicated(ctx context.Context, conn *redis.Conn) error {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // A Backoff says how long to wait before the next attempt, given how many
@@ -85,7 +83,7 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 		}
 		defer func() { c.dequeue(w, err == nil) }()
 	}
-	fair := w != nil && l.queued // queue in Redis too, across clients
+	fair := w != nil && l.queued() // queue in Redis too, across clients
 	defer func() {
 		if fair && err != nil && held {
 			l.leave(ctx)
@@ -182,15 +180,12 @@ func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor *waiter) (t
 	if successor != nil {
 		next = successor.token
 	}
-	var r redis.Scripter = c.rdb
-	var conn *redis.Conn
-	if l.replicaCount() > 0 {
-		var err error
-		if conn, err = c.conn(ctx, l.key); err != nil {
-			return 0, err
-		}
+	r, conn, err := l.writer(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if conn != nil {
 		defer conn.Close()
-		r = conn
 	}
 	sent := time.Now()
 	reply, err := waitScript.Run(ctx, r, l.waitKeys(),

@@ -333,10 +333,7 @@ func (s *scheduler) extendAll(ctx context.Context, rdb redis.UniversalClient, le
 	cmds := make([]*redis.Cmd, len(leases))
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, ls := range leases {
-			script, keys := extendScript, ls.l.keys[:1]
-			if ls.l.multi() != nil {
-				script, keys = extendManyScript, ls.l.multi()
-			}
+			script, keys := ls.l.extendCall()
 			cmds[i] = script.EvalSha(ctx, p, keys, ls.l.value, ttls[i].Milliseconds())
 		}
 		return nil

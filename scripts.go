@@ -2,58 +2,44 @@ package padlock
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The Lua scripts. Each runs as EVALSHA; on NOSCRIPT (a fresh or flushed
-// server) go-redis falls back to EVAL, which also loads the script.
+// The Lua scripts, one file each. They run as EVALSHA; on NOSCRIPT (a
+// fresh or flushed server) go-redis falls back to EVAL, which also loads
+// the script.
 var (
-	//go:embed acquire.lua
-	acquireSrc    string
-	acquireScript = redis.NewScript(acquireSrc)
-
-	//go:embed release.lua
-	releaseSrc    string
-	releaseScript = redis.NewScript(releaseSrc)
-
-	//go:embed extend.lua
-	extendSrc    string
-	extendScript = redis.NewScript(extendSrc)
-
-	//go:embed pttl.lua
-	pttlSrc    string
-	pttlScript = redis.NewScript(pttlSrc)
-
-	//go:embed wait.lua
-	waitSrc    string
-	waitScript = redis.NewScript(waitSrc)
-
-	//go:embed leave.lua
-	leaveSrc    string
-	leaveScript = redis.NewScript(leaveSrc)
-
-	//go:embed acquire_many.lua
-	acquireManySrc    string
-	acquireManyScript = redis.NewScript(acquireManySrc)
-
-	//go:embed release_many.lua
-	releaseManySrc    string
-	releaseManyScript = redis.NewScript(releaseManySrc)
-
-	//go:embed extend_many.lua
-	extendManySrc    string
-	extendManyScript = redis.NewScript(extendManySrc)
-
-	//go:embed pttl_many.lua
-	pttlManySrc    string
-	pttlManyScript = redis.NewScript(pttlManySrc)
-
-	//go:embed inspect.lua
-	inspectSrc    string
-	inspectScript = redis.NewScript(inspectSrc)
+	acquireScript     = script("acquire")
+	releaseScript     = script("release")
+	extendScript      = script("extend")
+	pttlScript        = script("pttl")
+	waitScript        = script("wait")
+	leaveScript       = script("leave")
+	acquireManyScript = script("acquire_many")
+	releaseManyScript = script("release_many")
+	extendManyScript  = script("extend_many")
+	pttlManyScript    = script("pttl_many")
+	inspectScript     = script("inspect")
 )
+
+//go:embed *.lua
+var luaFiles embed.FS
+
+// A luaScript is a script and its source, for sending as EVAL.
+type luaScript struct {
+	*redis.Script
+	src string
+}
+
+func script(name string) luaScript {
+	src, err := luaFiles.ReadFile(name + ".lua")
+	if err != nil {
+		panic(err) // embedded at build time: cannot happen
+	}
+	return luaScript{redis.NewScript(string(src)), string(src)}
+}
 
 // The digests of the hot scripts and the key counts, boxed once as command
 // arguments (see evalsha).
@@ -63,21 +49,23 @@ var (
 	numKeys        = [...]any{"0", "1", "2", "3"}
 )
 
-// doer sends a command: a client, or one connection.
+// doer is what padlock sends commands and scripts through: a client, or
+// one connection (see Lock.writer).
 type doer interface {
+	redis.Scripter
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
 // evalsha runs a command built as ["evalsha", digest, numkeys, keys...,
 // args...], with its arguments boxed once by the caller rather than on
 // every call. On NOSCRIPT (a new or flushed server) it sends the same as
-// EVAL with src, which also loads the script.
-func evalsha(ctx context.Context, rdb doer, src string, args []any) *redis.Cmd {
+// EVAL with the script's source, which also loads it.
+func evalsha(ctx context.Context, rdb doer, s luaScript, args []any) *redis.Cmd {
 	cmd := rdb.Do(ctx, args...)
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		eval := make([]any, len(args))
 		copy(eval, args)
-		eval[0], eval[1] = "eval", src
+		eval[0], eval[1] = "eval", s.src
 		cmd = rdb.Do(ctx, eval...)
 	}
 	return cmd
