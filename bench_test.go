@@ -42,7 +42,7 @@ func BenchmarkTryAcquireRelease(b *testing.B) {
 	b.Run("impl=go-redis-floor", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			token := uuid.NewString()
+			token := uuid.New().String()
 			ok, err := rdb.SetNX(ctx, "bench:lock", token, 10*time.Second).Result()
 			if err != nil || !ok {
 				b.Fatal(ok, err)
@@ -115,7 +115,7 @@ func TestTryAcquireReleaseAllocsNoMoreThanFloor(t *testing.T) {
 		}
 	})
 	floorAllocs := testing.AllocsPerRun(200, func() {
-		token := uuid.NewString()
+		token := uuid.New().String()
 		if err := e.rdb.SetNX(ctx, "allocs:lock", token, 10*time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}

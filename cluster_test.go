@@ -30,6 +30,7 @@ func startCluster(t *testing.T) ([]*redistest.Server, *redis.ClusterClient) {
 // keys on every master: the side keys (fence, queue) and the notification
 // channel share the lock key's slot.
 func TestClusterOperations(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
 	nodes, cc := startCluster(t)
 	ctx := t.Context()
 	c := padlock.New(cc, padlock.WithFencing())
@@ -85,6 +86,7 @@ func TestClusterOperations(t *testing.T) {
 // nothing but go-redis following the redirect: its lease goes on, it
 // releases normally, and fences keep going up.
 func TestClusterSlotMovesWhileHeld(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
 	nodes, cc := startCluster(t)
 	ctx := t.Context()
 	c := padlock.New(cc, padlock.WithFencing())
@@ -107,7 +109,7 @@ func TestClusterSlotMovesWhileHeld(t *testing.T) {
 		}
 	}
 	fromC, toC := from.Client(), to.Client()
-	fromID, toID := fromC.ClusterMyID(ctx).Val(), toC.ClusterMyID(ctx).Val()
+	fromID, toID := fromC.Do(ctx, "CLUSTER", "MYID").Val().(string), toC.Do(ctx, "CLUSTER", "MYID").Val().(string)
 	require.NoError(t, toC.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
 	require.NoError(t, fromC.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
 	keys, err := fromC.ClusterGetKeysInSlot(ctx, slot, 100).Result()

@@ -199,3 +199,120 @@ return 1`)
 	// paused holder's write applied: false
 	// invoice: paid
 }
+
+// Fail closed or fail open. padlock tells contention (ErrNotAcquired:
+// another instance runs the job) from an outage (any other error: Redis
+// could not be asked). What to do in an outage is the caller's choice:
+// failing closed never runs the job twice but skips it while Redis is down;
+// failing open keeps the job running but may run it on every instance at
+// once, so it suits only jobs that are safe to duplicate (idempotent ones,
+// see Example_idempotency).
+func Example_failClosedOrOpen() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+
+	// runExclusive runs job on one instance at a time; failOpen says what to
+	// do when Redis cannot be reached.
+	runExclusive := func(locks *padlock.Client, failOpen bool, job func()) {
+		lock, err := locks.TryAcquire(ctx, "lock:cleanup", time.Minute)
+		switch {
+		case errors.Is(err, padlock.ErrNotAcquired):
+			fmt.Println("another instance is running it: skipped")
+			return
+		case err != nil && failOpen:
+			fmt.Println("Redis unreachable: running without the lock")
+			job()
+			return
+		case err != nil:
+			fmt.Println("Redis unreachable: skipped (fail closed)")
+			return
+		}
+		defer lock.Release(ctx)
+		job()
+	}
+	job := func() { fmt.Println("cleaning up") }
+
+	locks := padlock.New(rdb)
+	held, _ := locks.TryAcquire(ctx, "lock:cleanup", time.Minute) // another instance's
+	runExclusive(locks, false, job)
+	_ = held.Release(ctx)
+	runExclusive(locks, false, job)
+
+	// A Redis nobody listens on: an outage, not contention.
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer down.Close()
+	runExclusive(padlock.New(down), false, job)
+	runExclusive(padlock.New(down), true, job)
+	// Output:
+	// another instance is running it: skipped
+	// cleaning up
+	// Redis unreachable: skipped (fail closed)
+	// Redis unreachable: running without the lock
+	// cleaning up
+}
+
+// Locks with idempotency. A lock makes instances take turns; it cannot by
+// itself make a job happen once: a lock can expire half-way through a job
+// (a long pause), and a failover can hand it to two instances. So the job
+// also records its completion, in the same transaction as its effect, and
+// checks the record first. Run twice, it has its effect once.
+func Example_idempotency() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locks := padlock.New(rdb)
+	ctx := context.Background()
+
+	// The storage: the completion record is checked and written in the
+	// same transaction as the effect (WATCH and MULTI in Redis here; a SQL
+	// transaction or a unique key elsewhere), so two runs cannot both pass
+	// the check.
+	charge := func(jobID string) (charged bool, err error) {
+		record := "done:" + jobID
+		err = rdb.Watch(ctx, func(tx *redis.Tx) error {
+			if n, err := tx.Exists(ctx, record).Result(); err != nil || n == 1 {
+				return err // completed before: nothing to do
+			}
+			_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.IncrBy(ctx, "charged:customer:7", 100)
+				p.Set(ctx, record, "1", 0)
+				return nil
+			})
+			charged = err == nil
+			return err
+		}, record)
+		return charged, err
+	}
+	runJob := func(instance, jobID string) {
+		err := locks.TryDo(ctx, "lock:job:"+jobID, time.Minute, func(ctx context.Context) error {
+			charged, err := charge(jobID)
+			switch {
+			case err != nil:
+				return err
+			case charged:
+				fmt.Println(instance, "charged the customer")
+			default:
+				fmt.Println(instance, "found the job done")
+			}
+			return nil
+		})
+		if errors.Is(err, padlock.ErrNotAcquired) {
+			fmt.Println(instance, "skipped: another instance has the job")
+		}
+	}
+
+	runJob("instance 1", "invoice-42")
+	// The same job is delivered again, to another instance (a retry, a
+	// second cron host, a holder whose lock expired half-way).
+	runJob("instance 2", "invoice-42")
+	fmt.Println("charged:", rdb.Get(ctx, "charged:customer:7").Val())
+	// Output:
+	// instance 1 charged the customer
+	// instance 2 found the job done
+	// charged: 100
+}

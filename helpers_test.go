@@ -23,6 +23,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// longRun reports whether the long test mode is on (PADLOCK_LONG=1, as in
+// CI): full-length fault workloads and larger counts. The default run keeps
+// every path, with shorter runs and smaller counts.
+func longRun() bool { return os.Getenv("PADLOCK_LONG") != "" }
+
 // quiet is a go-redis logger that drops everything.
 type quiet struct{}
 

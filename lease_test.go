@@ -158,6 +158,7 @@ func assertLostByDeadline(t *testing.T, at, deadline time.Time) {
 }
 
 func TestKeepAliveSurvivesARestartWithPersistence(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
 	e := newReal(t, []redistest.Option{redistest.WithAOF()})
 	l, err := e.c.TryAcquire(e.ctx, e.key, 3*time.Second, padlock.WithFencing())
 	require.NoError(t, err)
@@ -174,6 +175,7 @@ func TestKeepAliveSurvivesARestartWithPersistence(t *testing.T) {
 }
 
 func TestKeepAliveReportsLossAfterARestartWithoutPersistence(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
 	e := newReal(t, nil)
 	l, err := e.c.TryAcquire(e.ctx, e.key, 3*time.Second)
 	require.NoError(t, err)

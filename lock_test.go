@@ -304,6 +304,7 @@ func TestFenceKeyNames(t *testing.T) {
 // On a cluster the fence counter must share the lock key's slot, or the
 // acquire script fails with CROSSSLOT.
 func TestFenceKeyStaysInTheKeysSlot(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
 	srv := redistest.StartCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}})
 	t.Cleanup(func() { _ = cc.Close() })
@@ -423,6 +424,7 @@ func TestTTLRoundsUpToWholeMilliseconds(t *testing.T) {
 }
 
 func TestRedisDownIsNotErrNotAcquired(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
 	e := newReal(t, nil)
 	e.srv.Stop()
 	_, err := e.c.TryAcquire(e.ctx, e.key, time.Second)
@@ -526,6 +528,7 @@ func TestNewStartsNoGoroutine(t *testing.T) {
 // Each supported go-redis client type works: a Ring and a Cluster client
 // route the scripts by key (the fence key shares the lock key's slot).
 func TestClientTypes(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
 	srv := newReal(t, nil).srv
 	cluster := redistest.StartCluster(t)
 	sentinel := redistest.StartSentinel(t, srv, "padlock")

@@ -51,6 +51,7 @@ func (e *redlockEnv) values(key string) []string {
 // lock is acquired if and only if a majority is free; a failed attempt
 // leaves nothing behind and another holder's keys are never touched.
 func TestRedlockQuorumOverEverySubset(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
 	e := startRedlock(t, 5)
 	ctx := t.Context()
 	for taken := range 1 << 5 {
@@ -81,6 +82,7 @@ func TestRedlockQuorumOverEverySubset(t *testing.T) {
 // Killing one, then two of five nodes during a lease keeps it (a quorum of
 // three remains); killing a third loses it.
 func TestRedlockSurvivesAMinority(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
 	e := startRedlock(t, 5)
 	ctx := t.Context()
 	const ttl = 600 * time.Millisecond
@@ -105,6 +107,7 @@ func TestRedlockSurvivesAMinority(t *testing.T) {
 // A node restarted empty forgets the lock; the other four still hold it,
 // and Extend, TTL and Release succeed on that quorum.
 func TestRedlockNodeRestartedEmpty(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
 	e := startRedlock(t, 5)
 	ctx := t.Context()
 	l, err := e.c.TryAcquire(ctx, "lock:redlock:restart", time.Minute)

@@ -60,7 +60,17 @@ func (l *Lock) writer(ctx context.Context) (r doer, conn *redis.Conn, err error)
 	if conn, err = l.c.conn(ctx, l.key); err != nil {
 		return nil, nil, err
 	}
-	return conn, conn, nil
+	return connDoer{conn}, conn, nil
+}
+
+// connDoer sends padlock's commands over one connection. (*redis.Conn has
+// no Do method before go-redis v9.8.)
+type connDoer struct{ *redis.Conn }
+
+func (c connDoer) Do(ctx context.Context, args ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	_ = c.Process(ctx, cmd)
+	return cmd
 }
 
 // replicated waits for l's replicas after a write on conn. On failure the

@@ -17,6 +17,7 @@ import (
 // replica acknowledges succeeds; with the replica paused it fails with
 // ErrNotReplicated and leaves no lock behind.
 func TestWithReplicas(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
 	e := newReal(t, nil)
 	replica := redistest.StartReplica(t, e.srv)
 	rr := replica.Client()

@@ -18,26 +18,18 @@ type Backoff func(attempt int) time.Duration
 var defaultBackoff = ExponentialBackoff(8*time.Millisecond, 512*time.Millisecond)
 
 // ExponentialBackoff returns a stateless, jittered Backoff: the wait before
-// retry n is drawn uniformly from [d/2, d], where d is min doubled n times
-// and capped at max. A min under 1ms is taken as 1ms, a max under min as
-// min.
-func ExponentialBackoff(min, max time.Duration) Backoff {
-	min = maxDuration(min, time.Millisecond)
-	max = maxDuration(max, min)
+// retry n is drawn uniformly from [d/2, d], where d is lo doubled n times
+// and capped at hi. A lo under 1ms is taken as 1ms, a hi under lo as lo.
+func ExponentialBackoff(lo, hi time.Duration) Backoff {
+	lo = max(lo, time.Millisecond)
+	hi = max(hi, lo)
 	return func(attempt int) time.Duration {
-		d := max
-		if attempt >= 0 && attempt < 62 && min<<attempt > 0 && min<<attempt < max {
-			d = min << attempt
+		d := hi
+		if attempt >= 0 && attempt < 62 && lo<<attempt > 0 && lo<<attempt < hi {
+			d = lo << attempt
 		}
 		return d/2 + rand.N(d-d/2+1)
 	}
-}
-
-func maxDuration(a, b time.Duration) time.Duration {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // waitTime is how long Acquire sleeps after failed attempt number attempt,

@@ -114,16 +114,23 @@ func TestFenceCounterAcrossRestarts(t *testing.T) {
 // fencing is run too, and its anomalies reported.
 func TestLinearizableUnderFaults(t *testing.T) {
 	if testing.Short() {
-		t.Skip("30s workload")
+		t.Skip("a workload of several seconds")
 	}
-	fenced := runLinWorkload(t, true, 30*time.Second)
-	require.GreaterOrEqual(t, len(fenced.ops), 10000, "operations in the fenced history")
+	t.Parallel()
+	// The default run touches every path in a few seconds; the long mode
+	// (PADLOCK_LONG=1, as in CI) runs the full 30s and 10s workloads.
+	fencedFor, unfencedFor, minOps := 6*time.Second, 2*time.Second, 1500
+	if longRun() {
+		fencedFor, unfencedFor, minOps = 30*time.Second, 10*time.Second, 10000
+	}
+	fenced := runLinWorkload(t, true, fencedFor)
+	require.GreaterOrEqual(t, len(fenced.ops), minOps, "operations in the fenced history")
 	res := porcupine.CheckOperationsTimeout(registerModel, fenced.ops, time.Minute)
 	t.Logf("fenced: %d operations (%d writes applied, %d rejected as stale, %d unknown), %d pauses: %v",
 		len(fenced.ops), fenced.applied, fenced.rejected, fenced.unknown, fenced.pauses, res)
 	require.Equal(t, porcupine.Ok, res, "the fenced history is linearizable")
 
-	unfenced := runLinWorkload(t, false, 10*time.Second)
+	unfenced := runLinWorkload(t, false, unfencedFor)
 	res = porcupine.CheckOperationsTimeout(registerModel, unfenced.ops, 20*time.Second)
 	t.Logf("unfenced (reported, not asserted): %d operations, %d writes applied, final value %d: %d lost updates; porcupine: %v",
 		len(unfenced.ops), unfenced.applied, unfenced.final, unfenced.applied-unfenced.final, res)
@@ -254,6 +261,7 @@ func runLinWorkload(t *testing.T, fenced bool, d time.Duration) linRun {
 // asynchronously: the primary hands out a lock before any replica has it,
 // so a failover in that window loses it (the limit docs/SAFETY.md states).
 func TestReplicaSeesTheLockOnlyOnceReplicated(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
 	e := newReal(t, nil)
 	replica := redistest.StartReplica(t, e.srv)
 	rr := replica.Client()

@@ -24,7 +24,7 @@ var (
 	inspectScript     = script("inspect")
 )
 
-//go:embed *.lua
+//go:embed lua/*.lua
 var luaFiles embed.FS
 
 // A luaScript is a script and its source, for sending as EVAL.
@@ -34,7 +34,7 @@ type luaScript struct {
 }
 
 func script(name string) luaScript {
-	src, err := luaFiles.ReadFile(name + ".lua")
+	src, err := luaFiles.ReadFile("lua/" + name + ".lua")
 	if err != nil {
 		panic(err) // embedded at build time: cannot happen
 	}

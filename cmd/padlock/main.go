@@ -28,7 +28,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -127,16 +130,50 @@ func redisFlag(fs *flag.FlagSet) *string {
 }
 
 // dial makes a go-redis client from a URL. It does not contact Redis.
-func dial(url string) (*redis.Client, error) {
-	opt, err := redis.ParseURL(url)
+func dial(rawURL string) (*redis.Client, error) {
+	rawURL, skipVerify, err := takeSkipVerify(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("bad -redis URL: %w", err)
 	}
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("bad -redis URL: %w", err)
+	}
+	if skipVerify && opt.TLSConfig != nil {
+		opt.TLSConfig.InsecureSkipVerify = true
+	}
 	// Give up quickly on an unreachable server: a cron job should say so,
 	// not hang.
-	opt.DialerRetries = 1
+	setDialerRetries(opt, 1)
 	opt.MaxRetries = 1
 	return redis.NewClient(opt), nil
+}
+
+// takeSkipVerify removes the skip_verify=true|false query parameter from a
+// Redis URL and returns its value. The command reads it itself, so that it
+// works with go-redis versions whose ParseURL does not know it (before
+// v9.8).
+func takeSkipVerify(rawURL string) (string, bool, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || !u.Query().Has("skip_verify") {
+		return rawURL, false, nil // ParseURL reports what is wrong
+	}
+	q := u.Query()
+	skip, err := strconv.ParseBool(q.Get("skip_verify"))
+	if err != nil {
+		return "", false, fmt.Errorf("skip_verify=%q: want true or false", q.Get("skip_verify"))
+	}
+	q.Del("skip_verify")
+	u.RawQuery = q.Encode()
+	return u.String(), skip, nil
+}
+
+// setDialerRetries sets opt.DialerRetries, a field go-redis has from
+// v9.16 on (older versions dial once per attempt, as wanted here).
+func setDialerRetries(opt *redis.Options, n int) {
+	if f := reflect.ValueOf(opt).Elem().FieldByName("DialerRetries"); f.IsValid() && f.CanSet() {
+		f.SetInt(int64(n))
+	}
 }
 
 // redact hides the password in a Redis URL for messages.
