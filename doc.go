@@ -20,7 +20,7 @@
 // each Client keeps one subscription per key it is waiting for, and its
 // waiters for a key queue first come, first served, so that a release
 // wakes one waiter, which makes one attempt. Across Clients (processes),
-// waiters also queue in Redis, in a sorted set at "{key}:queue": a release
+// waiters also queue in Redis, in a sorted set at "key:{key}:queue": a release
 // hands the lock to the first of them for a grace of 100ms, naming it in
 // the announcement, and the others do not take it meanwhile. TryAcquire
 // does not queue and may take a lock in its grace. If an announcement is

@@ -1,6 +1,10 @@
 package padlock
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
 
 // Sentinel errors. Test for them with errors.Is: an error returned by this
 // package may wrap one of them together with a cause (a context's error, a
@@ -34,4 +38,46 @@ var (
 	// ErrClosed reports a call on a Client after Close, or a wait that
 	// Close ended.
 	ErrClosed = errors.New("padlock: client closed")
+
+	// ErrUnsupported reports a server padlock cannot run on: Redis before
+	// 6.0 (padlock needs Redis 6.0 or later, or Valkey 7.2 or later). The
+	// first call that reaches such a server returns it, and changes
+	// nothing there.
+	ErrUnsupported = errors.New("padlock: unsupported server: padlock needs Redis 6.0 or later, or Valkey 7.2 or later")
 )
+
+// unsupportedReply is what padlock's scripts answer on a server older
+// than Redis 6.0 (see lua/acquire.lua).
+const unsupportedReply = "PADLOCK_UNSUPPORTED_SERVER"
+
+// aclHint is added to a NOPERM error from Redis: what the user lacks, and
+// where the rule it needs is written down.
+const aclHint = "the Redis user may not use this lock's keys (the key and keys beginning with it), its channel (named like the key), " +
+	"or one of padlock's commands; see \"Redis users and ACLs\" in padlock's README for the rule it needs"
+
+// isPermissionError reports whether msg is Redis refusing a command for
+// want of an ACL permission: NOPERM for the command sent, and the forms
+// that Redis 6 and 7 and Valkey give for a command inside a script.
+func isPermissionError(msg string) bool {
+	for _, s := range [...]string{"NOPERM", "ACL failure", "can't run this command", "no permissions to", "can't access"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// opError wraps err, an error of operation op on key (a key, or the keys
+// of a multi-key lock), as padlock returns it: a server too old for
+// padlock matches ErrUnsupported, and a refusal for want of permission
+// (NOPERM) says which permissions padlock needs.
+func opError(op string, key any, err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, unsupportedReply):
+		return fmt.Errorf("padlock: %s %q: %w", op, key, ErrUnsupported)
+	case isPermissionError(msg):
+		return fmt.Errorf("padlock: %s %q: %w (%s)", op, key, err, aclHint)
+	}
+	return fmt.Errorf("padlock: %s %q: %w", op, key, err)
+}

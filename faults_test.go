@@ -52,7 +52,7 @@ func TestLostAcquireReplyRetriedIntoTheLock(t *testing.T) {
 		require.NoError(t, err, "%s after a lost reply", name)
 		assert.Equal(t, l.Token(), e.get(key), name)
 		assert.Equal(t, int64(1), l.Fence(), "%s: the retry reports the first attempt's fence", name)
-		assert.Equal(t, "1", e.get("{"+key+"}:fence"), "%s: the counter moved once", name)
+		assert.Equal(t, "1", e.get(fenceKey(key)), "%s: the counter moved once", name)
 		require.NoError(t, l.Release(e.ctx))
 	}
 }

@@ -36,7 +36,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	}
 	reply, err := inspectScript.Run(ctx, c.rdb, keys).Slice()
 	if err != nil {
-		return info, fmt.Errorf("padlock: inspect %q: %w", key, err)
+		return info, opError("inspect", key, err)
 	}
 	if len(reply) != 3 {
 		return info, fmt.Errorf("padlock: inspect %q: unexpected reply %v", key, reply)

@@ -169,7 +169,7 @@ func TestKeepAliveSurvivesARestartWithPersistence(t *testing.T) {
 	time.Sleep(4 * time.Second) // past the ttl: only renewals keep it
 	require.NoError(t, kctx.Err(), "lost over a restart that kept the data: %v", context.Cause(kctx))
 	assert.Equal(t, l.Token(), e.get(e.key))
-	assert.Equal(t, "1", e.get("{"+e.key+"}:fence"), "the fence counter survived")
+	assert.Equal(t, "1", e.get(fenceKey(e.key)), "the fence counter survived")
 	require.NoError(t, l.Release(e.ctx))
 	require.ErrorIs(t, context.Cause(kctx), context.Canceled)
 }

@@ -157,7 +157,7 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	}
 	if o.fencing {
 		if !queueable(key) {
-			return nil, o, fmt.Errorf("%w: fencing needs a key without '}' or with a hash tag, got %q", ErrInvalid, key)
+			return nil, o, fmt.Errorf("%w: fencing needs a key with a hash tag or without braces, got %q", ErrInvalid, key)
 		}
 		l.keys[2] = sideKey(key, "fence")
 	}
@@ -245,22 +245,24 @@ func roundTTL(ttl time.Duration) (time.Duration, error) {
 	return ttl, nil
 }
 
-// sideKey names a key that lives beside key, in the same Redis Cluster
-// slot: "key:name" when key has a hash tag, "{key}:name" otherwise. The
-// fencing counter is sideKey(key, "fence").
+// sideKey names a key that lives beside key: it begins with key, so that
+// an ACL that admits key's prefix admits it too, and it shares key's Redis
+// Cluster slot: "key:name" when key has a hash tag, and otherwise
+// "key:{key}:name", whose hash tag is the whole key. The fencing counter
+// is sideKey(key, "fence").
 func sideKey(key, name string) string {
 	if hasHashTag(key) {
 		return key + ":" + name
 	}
-	return "{" + key + "}:" + name
+	return key + ":{" + key + "}:" + name
 }
 
 // queueable reports whether key can have side keys in its slot (see
-// sideKey): a key with a '}' but no hash tag hashes whole, and no other key
-// can be made to share its slot. Such a key cannot be fenced, and its
-// waiters are not queued across clients.
+// sideKey): a key without a hash tag but with a '{' or '}' cannot, since
+// the braces of "key:{key}:name" would not enclose the whole key. Such a
+// key cannot be fenced, and its waiters are not queued across clients.
 func queueable(key string) bool {
-	return hasHashTag(key) || strings.IndexByte(key, '}') < 0
+	return hasHashTag(key) || !strings.ContainsAny(key, "{}")
 }
 
 // hasHashTag reports whether Redis Cluster hashes only part of key: the
@@ -295,7 +297,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 		if mayHaveRun(err) {
 			l.cleanup(ctx)
 		}
-		return 0, fmt.Errorf("padlock: acquire %q: %w", l.key, err)
+		return 0, opError("acquire", l.key, err)
 	}
 	if n < 0 {
 		return time.Duration(-2-n) * time.Millisecond, ErrNotAcquired
@@ -520,7 +522,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	n, err := l.release(ctx)
 	if err != nil {
-		return fmt.Errorf("padlock: release %q: %w", l.key, err)
+		return opError("release", l.key, err)
 	}
 	l.mu.Lock()
 	l.released = true
@@ -581,7 +583,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		l.lose(fmt.Errorf("%w: %w; released", ErrLost, err))
 		return fmt.Errorf("%w; released", err)
 	case err != nil:
-		return fmt.Errorf("padlock: extend %q: %w", l.key, err)
+		return opError("extend", l.key, err)
 	case !ok:
 		l.lose(fmt.Errorf("%w: %q: extend found it no longer ours", ErrLost, l.key))
 		return l.notHeld()
@@ -649,7 +651,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("padlock: ttl %q: %w", l.key, err)
+		return 0, opError("ttl", l.key, err)
 	case n == -3:
 		l.lose(fmt.Errorf("%w: %q: ttl found it no longer ours", ErrLost, l.key))
 		return 0, l.notHeld()

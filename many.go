@@ -26,7 +26,7 @@ func (c *Client) TryAcquireMany(ctx context.Context, keys []string, ttl time.Dur
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("padlock: acquire %q: %w", keys, err)
+		return nil, opError("acquire", keys, err)
 	}
 	if _, err := c.attempt(ctx, l); err != nil {
 		if err == ErrNotAcquired {

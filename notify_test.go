@@ -157,7 +157,7 @@ func TestAVanishedWaiterDoesNotBlockTheLock(t *testing.T) {
 		holder, err := e.c.TryAcquire(e.ctx, e.key, time.Hour)
 		require.NoError(t, err)
 		// A waiter queued long ago that will never come back.
-		require.NoError(t, e.raw.ZAdd(e.ctx, "{"+e.key+"}:queue", redis.Z{Score: 1, Member: "dead-waiter"}).Err())
+		require.NoError(t, e.raw.ZAdd(e.ctx, queueKey(e.key), redis.Z{Score: 1, Member: "dead-waiter"}).Err())
 
 		ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 		defer cancel()
@@ -185,7 +185,7 @@ func TestAWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 	defer cancel()
 	_, err = padlock.New(e.rdb).Acquire(ctx, e.key, time.Minute, neverPoll)
 	require.ErrorIs(t, err, padlock.ErrNotAcquired)
-	n, err := e.raw.ZCard(e.ctx, "{"+e.key+"}:queue").Result()
+	n, err := e.raw.ZCard(e.ctx, queueKey(e.key)).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "the waiter left the queue")
 	require.NoError(t, holder.Release(e.ctx))

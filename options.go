@@ -41,11 +41,12 @@ func (f optionFunc) apply(o *options) { f(o) }
 // WithFencing makes the acquire script also increment the key's fencing
 // counter, so that Lock.Fence reports a number that is strictly greater than
 // every fence handed out before for the same key. The counter lives at
-// "{key}:fence" (or "key:fence" when key already has a hash tag, so that it
-// shares the key's Redis Cluster slot) and never expires.
+// "key:{key}:fence" (or "key:fence" when key already has a hash tag): it
+// begins with the key, so an ACL that admits the key admits it, and it
+// shares the key's Redis Cluster slot. It never expires.
 //
-// A key that contains '}' but no hash tag cannot share a slot with any other
-// key; acquiring such a key with fencing fails with ErrInvalid.
+// A key that contains '{' or '}' but no hash tag cannot have such a side
+// key; acquiring it with fencing fails with ErrInvalid.
 func WithFencing() Option {
 	return optionFunc(func(o *options) { o.fencing = true })
 }

@@ -71,7 +71,7 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 	head := true
 	if o.notify {
 		if w, head, err = c.enqueue(l.key, l.tok()); err != nil {
-			return nil, fmt.Errorf("padlock: acquire %q: %w", l.key, err)
+			return nil, opError("acquire", l.key, err)
 		}
 		defer func() { c.dequeue(w, err == nil) }()
 	}
@@ -91,7 +91,7 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 				if held {
 					return nil, notAcquired(ctx, l.key)
 				}
-				return nil, fmt.Errorf("padlock: acquire %q: %w", l.key, err)
+				return nil, opError("acquire", l.key, err)
 			}
 			var pttl time.Duration
 			var next *waiter
@@ -189,7 +189,7 @@ func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor *waiter) (t
 		if mayHaveRun(err) {
 			l.cleanup(ctx)
 		}
-		return 0, fmt.Errorf("padlock: acquire %q: %w", l.key, err)
+		return 0, opError("acquire", l.key, err)
 	}
 	code, _ := reply[0].(int64)
 	n, _ := reply[1].(int64)

@@ -6,22 +6,19 @@
 --   >= 0       the lock is ours; the number is the fence (0 without KEYS[3]);
 --   -2 - PTTL  someone else holds it for PTTL more milliseconds
 --              (so -1 means held with no expiry).
-local v
-if KEYS[3] then
-  v = redis.call('GET', KEYS[1])
-  if v == false then
+-- On a server older than Redis 6.0 it changes nothing and fails with
+-- PADLOCK_UNSUPPORTED_SERVER. It uses only commands Redis 6.0 has.
+if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER') end
+local v = redis.call('GET', KEYS[1])
+if v == false then
+  local fence = 0
+  if KEYS[3] then
     -- Increment first: if the counter cannot be incremented (wrong type),
     -- the script fails before it has written anything.
-    local fence = redis.call('INCR', KEYS[3])
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return fence
+    fence = redis.call('INCR', KEYS[3])
   end
-else
-  -- Unfenced: one command takes a free lock, or tells who holds it.
-  v = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
-  if v == false then
-    return 0
-  end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return fence
 end
 if v == ARGV[1] then
   -- Our own attempt again (a retry after a lost reply): it succeeded the

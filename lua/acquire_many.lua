@@ -3,6 +3,7 @@
 -- Returns 0 when all are ours (a retry that finds them ours succeeds), or
 -- -2 - PTTL when some other holder has one: the longest PTTL among the
 -- keys held by others (-1 means one is held with no expiry).
+if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER') end
 local longest = nil
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])

@@ -14,6 +14,7 @@
 -- Returns {1, fence} when the lock is ours (fence 0 unfenced); {0, pttl}
 -- when someone holds it for pttl more ms (-1: no expiry); {2, ms} when it
 -- is free but handed to another waiter for ms more.
+if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER') end
 local function now()
   local t = redis.call('TIME')
   return t[1] * 1000 + math.floor(t[2] / 1000)

@@ -122,7 +122,7 @@ func (d *demo) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, k := range []string{"lock:report:daily", "lock:cache:rebuild", "lock:migration", "lock:ledger", "ledger"} {
-		d.rdb.Del(ctx, d.prefix+k, "{"+d.prefix+k+"}:fence")
+		d.rdb.Del(ctx, d.prefix+k, d.prefix+k+":{"+d.prefix+k+"}:fence")
 	}
 }
 

@@ -3,7 +3,10 @@
 // the processes it started.
 //
 // When redis-server is not on PATH, Start skips the test, or fails it if the
-// environment variable PADLOCK_REDIS is "required" (as in CI).
+// environment variable PADLOCK_REDIS is "required" (as in CI). WithBinary
+// starts another server binary instead (another Redis version, Valkey);
+// Servers lists the binaries of the compatibility matrix, from the
+// environment variable PADLOCK_SERVERS.
 package redistest
 
 import (
@@ -41,6 +44,7 @@ const startTimeout = 10 * time.Second
 type Option func(*config)
 
 type config struct {
+	bin  string // the server binary; "" for redis-server on PATH
 	args []string
 	conf string // a config file, given to redis-server before the flags
 	tls  bool
@@ -54,6 +58,38 @@ func WithAOF() Option {
 	}
 }
 
+// WithBinary starts the server binary at path (a redis-server or
+// valkey-server of any version) instead of redis-server from PATH.
+func WithBinary(path string) Option {
+	return func(c *config) { c.bin = path }
+}
+
+// Servers returns the server binaries the compatibility matrix runs
+// against: the paths in PADLOCK_SERVERS, separated by ':', or, when it is
+// unset or empty, redis-server from PATH alone. A listed path that is not
+// an executable file fails t (a typo must not shrink the matrix); with
+// PADLOCK_SERVERS unset and no redis-server on PATH, t is skipped or
+// failed as by Available.
+func Servers(t T) []string {
+	t.Helper()
+	var bins []string
+	for _, p := range strings.Split(os.Getenv("PADLOCK_SERVERS"), ":") {
+		if p == "" {
+			continue
+		}
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			t.Fatalf("redistest: PADLOCK_SERVERS lists %q, which is not an executable file (%v)", p, err)
+		}
+		bins = append(bins, p)
+	}
+	if len(bins) == 0 {
+		Available(t)
+		path, _ := exec.LookPath("redis-server")
+		bins = append(bins, path)
+	}
+	return bins
+}
+
 // WithArgs passes extra redis-server arguments, such as
 // "--cluster-enabled", "yes".
 func WithArgs(args ...string) Option {
@@ -63,6 +99,7 @@ func WithArgs(args ...string) Option {
 // A Server is one redis-server process started by Start.
 type Server struct {
 	t       T
+	bin     string
 	dir     string
 	args    []string
 	conf    string
@@ -97,12 +134,15 @@ func Available(t T) {
 // server is killed when the test ends.
 func Start(t T, opts ...Option) *Server {
 	t.Helper()
-	Available(t)
 	var c config
 	for _, o := range opts {
 		o(&c)
 	}
-	s := &Server{t: t, dir: t.TempDir(), args: c.args, conf: c.conf, tls: c.tls}
+	if c.bin == "" {
+		Available(t)
+		c.bin = "redis-server"
+	}
+	s := &Server{t: t, bin: c.bin, dir: t.TempDir(), args: c.args, conf: c.conf, tls: c.tls}
 	t.Cleanup(s.cleanup)
 	var err error
 	for try := 0; try < 5; try++ {
@@ -118,7 +158,7 @@ func Start(t T, opts ...Option) *Server {
 			return s
 		}
 	}
-	t.Fatalf("redistest: start redis-server: %v", err)
+	t.Fatalf("redistest: start %s: %v", s.bin, err)
 	return nil
 }
 
@@ -171,7 +211,7 @@ func (s *Server) start() error {
 		}
 		args = append(args, targs...)
 	}
-	cmd := exec.Command("redis-server", args...)
+	cmd := exec.Command(s.bin, args...)
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		return err
