@@ -179,7 +179,7 @@ func (l *Lock) extended(sent time.Time, ttl time.Duration) {
 // joined with an error matching ErrLost if the lock was lost before fn
 // returned (fn's context was then cancelled with that cause), or with the
 // Release error if the lock could not be released. The lock is released
-// even if fn panics.
+// even if fn panics, and even if ctx has ended by then (see Release).
 func (c *Client) TryDo(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
@@ -200,7 +200,8 @@ func (c *Client) TryDo(ctx context.Context, key string, ttl time.Duration, fn fu
 // ErrNotAcquired and ctx.Err()) and does not run fn. Otherwise it returns
 // fn's error, joined with an error matching ErrLost if the lock was lost
 // before fn returned, or with the Release error if the lock could not be
-// released. The lock is released even if fn panics.
+// released. The lock is released even if fn panics, and even if ctx has
+// ended by then (see Release).
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
@@ -229,9 +230,7 @@ func (l *Lock) do(ctx context.Context, fn func(context.Context) error) (err erro
 	defer func() {
 		lost := context.Cause(kctx)
 		stop()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		rerr := l.Release(rctx)
+		rerr := l.Release(ctx) // even when ctx has ended (see Release)
 		switch {
 		case errors.Is(lost, ErrLost):
 			err = errors.Join(err, lost)

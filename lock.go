@@ -496,17 +496,33 @@ func (l *Lock) notHeld() error {
 
 // Release deletes the lock in Redis if it is still ours, in one round trip,
 // and stops any KeepAlive of the lock first (waiting for it to exit). It
-// blocks until Redis answers or ctx is done.
+// blocks until Redis answers.
 //
-// It returns nil if the lock was ours and is now deleted, and an error that
-// matches ErrNotHeld if it was not ours any more (expired, deleted or taken
-// by someone else; another holder's lock is never touched), including on a
-// second Release. If the reply to a successful release is lost and go-redis
-// sends the release again, the retry finds the lock gone and Release
-// reports ErrNotHeld: either way the lock is no longer this Lock's, and
-// nothing needs undoing. A Redis error is returned wrapped; the lock may
-// then still be held until its ttl runs out, and Release may be called
-// again.
+// Release ignores the cancellation of ctx but keeps its values (trace
+// spans, say): a ctx that is already done, or ends during the call, still
+// has the lock released, so `defer lock.Release(ctx)` with a request's
+// context is safe. The round trip then runs on a context of its own,
+// bounded by two seconds or the time left to the lock's local deadline
+// (see Deadline), whichever is shorter. After the local deadline the lock has
+// expired in Redis, so Release returns at once, an error matching
+// ErrNotHeld, and sends nothing.
+//
+// It returns nil if the lock was ours and is now deleted (and handed to
+// the first waiter, if clients wait), and an error that matches ErrNotHeld
+// if it was not ours any more (expired, deleted or taken by someone else;
+// another holder's lock is never touched), including on a second Release.
+// If the reply to a successful release is lost and go-redis sends the
+// release again, the retry finds the lock gone and Release reports
+// ErrNotHeld: either way the lock is no longer this Lock's, and nothing
+// needs undoing.
+//
+// When Redis cannot be reached (a network error, a timeout, a server that
+// is restarting), Release returns that error wrapped, and the Client keeps
+// sending the same compare-and-delete in the background, with backoff,
+// until one lands or the lock's local deadline passes, so the lock does
+// not stay held until its ttl runs out. Those retries run on the Client's
+// one scheduler goroutine, not a goroutine each; Close abandons them.
+// Release may also be called again.
 func (l *Lock) Release(ctx context.Context) error {
 	if err := l.usable(ctx); err != nil {
 		return err
@@ -515,22 +531,78 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.noRenew = true
 	released := l.released
 	d := l.stopKeepAlives(context.Canceled)
+	deadline := l.deadline()
 	l.mu.Unlock()
 	l.settle(d).wait()
 	if released {
 		return l.notHeld()
 	}
-	n, err := l.release(ctx)
+	left := time.Until(deadline)
+	if left <= 0 {
+		l.markReleased()
+		return fmt.Errorf("%w: %q: its local deadline has passed, so it has expired", ErrNotHeld, l.key)
+	}
+	rctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		rctx, cancel = detach(ctx, left)
+		defer cancel()
+	}
+	n, err := l.release(rctx)
+	if err != nil && rctx == ctx && ctx.Err() != nil {
+		// ctx ended during the call: send it again, detached from ctx.
+		// (If the first one ran, this one finds the lock gone: ErrNotHeld.)
+		dctx, cancel := detach(ctx, time.Until(deadline))
+		defer cancel()
+		n, err = l.release(dctx)
+	}
 	if err != nil {
+		if retryable(err) {
+			l.c.sched.retryRelease(l, deadline)
+		}
 		return opError("release", l.key, err)
 	}
-	l.mu.Lock()
-	l.released = true
-	l.mu.Unlock()
+	l.markReleased()
 	if n == 0 {
 		return l.notHeld()
 	}
 	return nil
+}
+
+// detach returns a context with ctx's values but not its cancellation,
+// that ends after left or releaseTimeout, whichever is shorter.
+func detach(ctx context.Context, left time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), min(left, releaseTimeout))
+}
+
+// releaseTimeout bounds a Release's round trip, and each background retry
+// of a release that could not reach Redis.
+const releaseTimeout = 2 * time.Second
+
+// markReleased records that l is released (or found not ours), and drops
+// any background retry of its release.
+func (l *Lock) markReleased() {
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+	l.c.sched.dropRelease(l)
+}
+
+// retryable reports whether a release that failed with err is worth
+// sending again: Redis could not be reached or answer (a network error, a
+// timeout), or answered that it cannot serve now (loading its data after a
+// restart, a cluster or failover in progress). An error reply of any other
+// kind (a refused permission, say) would fail again.
+func retryable(err error) bool {
+	if !isRedisError(err) {
+		return true
+	}
+	for _, prefix := range [...]string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // cleanup releases l after an acquire attempt whose outcome is unknown, on

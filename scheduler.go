@@ -17,6 +17,10 @@ import (
 // trip. It runs one goroutine while it has locks to renew, and at most one
 // pipeline at a time in another. It declares a lock lost at its local
 // deadline, whether or not a pipeline is in flight.
+//
+// The same goroutine retries releases that could not reach Redis (see
+// Lock.Release): each is sent again, with backoff, until one lands or the
+// lock's local deadline passes, when it has expired by itself.
 
 // scheduler is a Client's renewal scheduler.
 type scheduler struct {
@@ -24,7 +28,8 @@ type scheduler struct {
 	mu       sync.Mutex
 	closed   bool
 	leases   map[*lease]struct{}
-	inflight *batch        // the pipeline in flight, if any
+	releases map[*Lock]*pendingRelease // releases to send again
+	inflight *batch                    // the pipeline in flight, if any
 	done     chan struct{} // closed when the goroutine exits; nil while none runs
 	kick     chan struct{} // wakes the goroutine to look again
 }
@@ -46,10 +51,25 @@ func (ls *lease) early() time.Time { return ls.due().Add(-ls.ttl / 30) }
 
 func (ls *lease) deadline() time.Time { return ls.sent.Add(ls.ttl - drift(ls.ttl)) }
 
-// A batch is one pipeline of renewals in flight.
+// A pendingRelease is a release that could not reach Redis, to be sent
+// again. Its fields are guarded by the scheduler's mu.
+type pendingRelease struct {
+	l        *Lock
+	deadline time.Time // the lock's local deadline: no retry after it
+	retryAt  time.Time
+	attempt  int
+}
+
+// releaseBackoff is the wait before retry number attempt of a release:
+// 50ms doubling up to a second, jittered.
+var releaseBackoff = ExponentialBackoff(50*time.Millisecond, time.Second)
+
+// A batch is one pipeline of renewals in flight, and the releases retried
+// after it.
 type batch struct {
-	leases []*lease
-	done   chan struct{}
+	leases   []*lease
+	releases []*pendingRelease
+	done     chan struct{}
 }
 
 // waitFor is a channel to wait on; nil means nothing to wait for.
@@ -87,6 +107,37 @@ func (s *scheduler) add(ls *lease) bool {
 		s.leases = make(map[*lease]struct{})
 	}
 	s.leases[ls] = struct{}{}
+	s.startLocked()
+	return true
+}
+
+// retryRelease has l's release sent again in the background, until it
+// lands or deadline passes. It does nothing once the Client is closed.
+func (s *scheduler) retryRelease(l *Lock, deadline time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if s.releases == nil {
+		s.releases = make(map[*Lock]*pendingRelease)
+	}
+	if s.releases[l] == nil {
+		s.releases[l] = &pendingRelease{l: l, deadline: deadline, retryAt: time.Now().Add(releaseBackoff(0))}
+	}
+	s.startLocked()
+}
+
+// dropRelease forgets a pending release of l, if any.
+func (s *scheduler) dropRelease(l *Lock) {
+	s.mu.Lock()
+	delete(s.releases, l)
+	s.mu.Unlock()
+}
+
+// startLocked starts the goroutine if it is not running, or wakes it to
+// look again. s.mu must be held.
+func (s *scheduler) startLocked() {
 	if s.done == nil {
 		s.done = make(chan struct{})
 		s.kick = make(chan struct{}, 1)
@@ -94,7 +145,12 @@ func (s *scheduler) add(ls *lease) bool {
 	} else {
 		signal(s.kick)
 	}
-	return true
+}
+
+// idleLocked reports whether the goroutine has nothing left to do and
+// exits (or has exited). s.mu must be held.
+func (s *scheduler) idleLocked() bool {
+	return len(s.leases) == 0 && len(s.releases) == 0
 }
 
 // remove takes ls out of the scheduler. It returns what to wait for before
@@ -104,7 +160,7 @@ func (s *scheduler) remove(ls *lease) waitFor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.leases, ls)
-	if len(s.leases) == 0 && s.done != nil {
+	if s.idleLocked() && s.done != nil {
 		signal(s.kick)
 		return s.done
 	}
@@ -115,7 +171,7 @@ func (s *scheduler) remove(ls *lease) waitFor {
 func (s *scheduler) settled(l *Lock) waitFor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.leases) == 0 && s.done != nil {
+	if s.idleLocked() && s.done != nil {
 		return s.done
 	}
 	return s.inflightFor(l)
@@ -146,10 +202,12 @@ func (s *scheduler) moved(ls *lease, sent time.Time, ttl time.Duration) {
 	}
 }
 
-// close ends every lease with cause ErrClosed and waits for the goroutine.
+// close ends every lease with cause ErrClosed, abandons the pending
+// releases, and waits for the goroutine.
 func (s *scheduler) close() {
 	s.mu.Lock()
 	s.closed = true
+	s.releases = nil
 	leases := make([]*lease, 0, len(s.leases))
 	for ls := range s.leases {
 		leases = append(leases, ls)
@@ -171,13 +229,26 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 	for {
 		now := time.Now()
 		var due, lost []*lease
+		var retries []*pendingRelease
 		s.mu.Lock()
-		if len(s.leases) == 0 && s.inflight == nil {
+		if s.idleLocked() && s.inflight == nil {
 			s.done, s.kick = nil, nil
 			s.mu.Unlock()
 			return
 		}
 		wake := now.Add(time.Hour)
+		for l, pr := range s.releases {
+			switch {
+			case !now.Before(pr.deadline):
+				delete(s.releases, l) // expired by itself: nothing to release
+			case s.inflight != nil:
+				wake = earliest(wake, pr.deadline) // one batch at a time
+			case !now.Before(pr.retryAt):
+				retries = append(retries, pr)
+			default:
+				wake = earliest(wake, pr.retryAt)
+			}
+		}
 		for ls := range s.leases {
 			d := ls.deadline()
 			if !now.Before(d) {
@@ -202,8 +273,8 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 				causes[i] = fmt.Errorf("%w: %w", causes[i], ls.err)
 			}
 		}
-		if len(due) > 0 {
-			b := &batch{leases: due, done: make(chan struct{})}
+		if len(due) > 0 || len(retries) > 0 {
+			b := &batch{leases: due, releases: retries, done: make(chan struct{})}
 			s.inflight = b
 			go s.renew(b, finished)
 		}
@@ -235,9 +306,11 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 }
 
 // renew sends one pipeline of extends for b's leases and applies the
-// results. It does not hold s.mu during the round trip.
+// results, then retries b's releases. It does not hold s.mu during the
+// round trips.
 func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	defer func() { finished <- b }()
+	defer s.retryReleases(b.releases)
 	rdb := s.c.rdb
 	var deadline time.Time
 	locked := b.leases[:0:0]
@@ -304,6 +377,30 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 			ls.retryAt = retry.Add(max(ttls[i]/16, time.Millisecond))
 			s.mu.Unlock()
 		}
+	}
+}
+
+// retryReleases sends each pending release again, one at a time (there
+// are few: they wait for Redis to come back), each bounded by the
+// release timeout and the lock's local deadline. One that lands, or finds
+// the lock not ours, is done; one that fails again waits longer.
+func (s *scheduler) retryReleases(prs []*pendingRelease) {
+	for _, pr := range prs {
+		ctx, cancel := context.WithDeadline(context.Background(), earliest(pr.deadline, time.Now().Add(releaseTimeout)))
+		_, err := pr.l.release(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			pr.l.markReleased()
+			continue
+		case !retryable(err):
+			s.dropRelease(pr.l)
+			continue
+		}
+		s.mu.Lock()
+		pr.attempt++
+		pr.retryAt = time.Now().Add(releaseBackoff(pr.attempt))
+		s.mu.Unlock()
 	}
 }
 
