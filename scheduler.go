@@ -30,8 +30,8 @@ type scheduler struct {
 	leases   map[*lease]struct{}
 	releases map[*Lock]*pendingRelease // releases to send again
 	inflight *batch                    // the pipeline in flight, if any
-	done     chan struct{} // closed when the goroutine exits; nil while none runs
-	kick     chan struct{} // wakes the goroutine to look again
+	done     chan struct{}             // closed when the goroutine exits; nil while none runs
+	kick     chan struct{}             // wakes the goroutine to look again
 }
 
 // A lease is a lock in the scheduler. Its fields are guarded by the
