@@ -148,12 +148,16 @@ func (l *Lock) settle(d detached) waitFor {
 // KeepAlive of it. It does not wait, so the scheduler itself may call it.
 func (l *Lock) lose(cause error) {
 	l.mu.Lock()
-	if l.lost == nil {
+	first := l.lost == nil
+	if first {
 		l.lost = cause
 	}
 	d := l.stopKeepAlives(l.lost)
 	l.mu.Unlock()
 	l.settle(d)
+	if first && errors.Is(cause, ErrLost) {
+		l.holdEnded(true, cause)
+	}
 }
 
 // extended records a successful extend sent at sent with ttl, moving the

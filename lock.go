@@ -84,16 +84,35 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 	if err != nil {
 		return nil, err
 	}
+	if l.observer() != nil {
+		return observeAcquire(ctx, l, false, c.tryAcquire)
+	}
+	return c.tryAcquire(ctx, l)
+}
+
+// tryAcquire is TryAcquire (and TryAcquireMany) once l is built.
+func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("padlock: acquire %q: %w", key, err)
+		return nil, opError("acquire", l.lockName(), err)
 	}
 	if _, err := c.attempt(ctx, l); err != nil {
 		if err == ErrNotAcquired {
-			return nil, fmt.Errorf("%w: %q is held", ErrNotAcquired, key)
+			if m := l.multi(); m != nil {
+				return nil, fmt.Errorf("%w: one of %q is held", ErrNotAcquired, m)
+			}
+			return nil, fmt.Errorf("%w: %q is held", ErrNotAcquired, l.key)
 		}
 		return nil, err
 	}
 	return l, nil
+}
+
+// lockName is how errors name l: its key, or its keys.
+func (l *Lock) lockName() any {
+	if m := l.multi(); m != nil {
+		return m
+	}
+	return l.key
 }
 
 // Acquire takes the lock key for ttl, waiting while someone else holds it,
@@ -117,7 +136,18 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if err != nil {
 		return nil, err
 	}
-	return c.acquireWaiting(ctx, l, o)
+	return c.acquireObserved(ctx, l, o)
+}
+
+// acquireObserved is acquireWaiting, between the observer's calls if l has
+// an observer.
+func (c *Client) acquireObserved(ctx context.Context, l *Lock, o options) (*Lock, error) {
+	if l.observer() == nil {
+		return c.acquireWaiting(ctx, l, o)
+	}
+	return observeAcquire(ctx, l, true, func(ctx context.Context, l *Lock) (*Lock, error) {
+		return c.acquireWaiting(ctx, l, o)
+	})
 }
 
 // notAcquired is Acquire's error when ctx ended first: it matches
@@ -148,8 +178,8 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, o, err
 	}
 	l := &Lock{c: c, key: key, ttl: ttl}
-	if o.replicas > 0 {
-		l.x = &lockExtra{replicas: o.replicas, replicaTimeout: o.replicaTimeout}
+	if o.replicas > 0 || o.obs != nil {
+		l.x = &lockExtra{replicas: o.replicas, replicaTimeout: o.replicaTimeout, obs: o.obs}
 	}
 	l.keys[0] = key
 	if queueable(key) && c.nodes == nil { // a Redlock's waiters queue only in their Client
@@ -358,6 +388,9 @@ type lockExtra struct {
 	many           []string      // the keys of a multi-key lock (TryAcquireMany)
 	replicas       int           // WithReplicas: replicas to wait for after each write
 	replicaTimeout time.Duration // and for how long
+	obs            *Observer     // WithObserver: told what the lock does
+	acquiredAt     time.Time     // with obs: when the acquire succeeded; under mu
+	holdEnded      bool          // with obs: HoldEnd was called; under mu
 }
 
 // multi returns the keys of a multi-key lock, or nil.
@@ -527,6 +560,22 @@ func (l *Lock) Release(ctx context.Context) error {
 	if err := l.usable(ctx); err != nil {
 		return err
 	}
+	obs := l.observer()
+	if obs == nil {
+		return l.releaseLock(ctx)
+	}
+	if obs.ReleaseStart != nil {
+		ctx = obs.ReleaseStart(ctx, l.key)
+	}
+	err := l.releaseLock(ctx)
+	if obs.ReleaseDone != nil {
+		obs.ReleaseDone(ctx, ReleaseDoneInfo{Key: l.key, Err: err})
+	}
+	return err
+}
+
+// releaseLock is Release once its arguments are checked.
+func (l *Lock) releaseLock(ctx context.Context) error {
 	l.mu.Lock()
 	l.noRenew = true
 	released := l.released
@@ -586,6 +635,7 @@ func (l *Lock) markReleased() {
 	l.released = true
 	l.mu.Unlock()
 	l.c.sched.dropRelease(l)
+	l.holdEnded(false, nil)
 }
 
 // retryable reports whether a release that failed with err is worth
@@ -645,6 +695,15 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
+	err = l.extendLock(ctx, ttl)
+	if obs := l.observer(); obs != nil && obs.Extend != nil {
+		obs.Extend(ctx, ExtendInfo{Key: l.key, TTL: ttl, Err: err})
+	}
+	return err
+}
+
+// extendLock is Extend once its arguments are checked.
+func (l *Lock) extendLock(ctx context.Context, ttl time.Duration) error {
 	if l.isReleased() {
 		return l.notHeld()
 	}

@@ -25,16 +25,10 @@ func (c *Client) TryAcquireMany(ctx context.Context, keys []string, ttl time.Dur
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, opError("acquire", keys, err)
+	if l.observer() != nil {
+		return observeAcquire(ctx, l, false, c.tryAcquire)
 	}
-	if _, err := c.attempt(ctx, l); err != nil {
-		if err == ErrNotAcquired {
-			return nil, fmt.Errorf("%w: one of %q is held", ErrNotAcquired, keys)
-		}
-		return nil, err
-	}
-	return l, nil
+	return c.tryAcquire(ctx, l)
 }
 
 // AcquireMany takes every key of keys for ttl, atomically, waiting while
@@ -47,7 +41,7 @@ func (c *Client) AcquireMany(ctx context.Context, keys []string, ttl time.Durati
 	if err != nil {
 		return nil, err
 	}
-	return c.acquireWaiting(ctx, l, o)
+	return c.acquireObserved(ctx, l, o)
 }
 
 // Keys returns the keys the lock holds: the one key of TryAcquire and

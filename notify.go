@@ -42,6 +42,7 @@ type waiter struct {
 	wake       chan struct{} // a release was announced, or the head before us gave up: attempt now
 	turn       chan struct{} // we became the head of the queue
 	registered bool          // queued in Redis by the waiter ahead (see wait.lua); under the notifier's mu
+	obs        *Observer     // the waiting Lock's observer, or nil
 }
 
 // A keyQueue is the FIFO of one key's waiters, head first.
@@ -69,7 +70,7 @@ type notifier struct {
 
 // enqueue adds a waiter for key at the tail of its queue. It reports
 // whether the waiter is the head (and so may attempt at once).
-func (c *Client) enqueue(key, token string) (*waiter, bool, error) {
+func (c *Client) enqueue(key, token string, obs *Observer) (*waiter, bool, error) {
 	n := &c.notify
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -84,7 +85,7 @@ func (c *Client) enqueue(key, token string) (*waiter, bool, error) {
 		q = &keyQueue{}
 		n.queues[key] = q
 	}
-	w := &waiter{key: key, token: token, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
+	w := &waiter{key: key, token: token, obs: obs, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
 	q.waiters = append(q.waiters, w)
 	return w, len(q.waiters) == 1, nil
 }
@@ -150,6 +151,9 @@ func (n *notifier) released(key, msg string) {
 	for _, w := range q.waiters {
 		if w.token == msg {
 			signal(w.wake)
+			if w.obs != nil && w.obs.HandOff != nil {
+				w.obs.HandOff(key)
+			}
 			return
 		}
 	}

@@ -18,6 +18,7 @@ type options struct {
 	notify         bool
 	replicas       int
 	replicaTimeout time.Duration
+	obs            *Observer // WithObserver, WithLogger: nil for none
 }
 
 func defaultOptions() options {

@@ -70,7 +70,7 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 	var held bool
 	head := true
 	if o.notify {
-		if w, head, err = c.enqueue(l.key, l.tok()); err != nil {
+		if w, head, err = c.enqueue(l.key, l.tok(), l.observer()); err != nil {
 			return nil, opError("acquire", l.key, err)
 		}
 		defer func() { c.dequeue(w, err == nil) }()
@@ -81,6 +81,14 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 			l.leave(ctx)
 		}
 	}()
+	waiting := false // whether the observer was told this call waits
+	if obs := l.observer(); obs != nil {
+		defer func() {
+			if waiting && obs.WaitDone != nil {
+				obs.WaitDone(ctx, l.key)
+			}
+		}()
+	}
 	held = !head        // whether the lock was found held: only then is a timeout contention
 	subscribed := false // whether this call has subscribed the key's channel
 	mustAttempt := head // whether the next step is an attempt (else: a wait)
@@ -125,6 +133,12 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 			}
 		}
 		mustAttempt = true
+		if !waiting {
+			waiting = true
+			if obs := l.observer(); obs != nil && obs.WaitStart != nil {
+				obs.WaitStart(ctx, l.key)
+			}
+		}
 
 		var err error
 		switch {

@@ -230,6 +230,7 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 		now := time.Now()
 		var due, lost []*lease
 		var retries []*pendingRelease
+		var expired []*Lock
 		s.mu.Lock()
 		if s.idleLocked() && s.inflight == nil {
 			s.done, s.kick = nil, nil
@@ -241,6 +242,7 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 			switch {
 			case !now.Before(pr.deadline):
 				delete(s.releases, l) // expired by itself: nothing to release
+				expired = append(expired, l)
 			case s.inflight != nil:
 				wake = earliest(wake, pr.deadline) // one batch at a time
 			case !now.Before(pr.retryAt):
@@ -282,6 +284,9 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 
 		for i, ls := range lost {
 			ls.l.lose(causes[i])
+		}
+		for _, l := range expired {
+			l.holdEnded(false, nil)
 		}
 		if len(lost) > 0 {
 			continue
@@ -369,9 +374,13 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 		switch {
 		case err == nil && n == 1:
 			ls.l.extended(sent, ttls[i])
+			ls.l.renewed(nil)
 		case err == nil:
-			ls.l.lose(fmt.Errorf("%w: %q: renewal found it no longer ours", ErrLost, ls.l.key))
+			cause := fmt.Errorf("%w: %q: renewal found it no longer ours", ErrLost, ls.l.key)
+			ls.l.renewed(cause)
+			ls.l.lose(cause)
 		default:
+			ls.l.renewed(err)
 			s.mu.Lock()
 			ls.err = err
 			ls.retryAt = retry.Add(max(ttls[i]/16, time.Millisecond))
@@ -414,9 +423,13 @@ func (s *scheduler) renewOne(ls *lease) {
 	ok, err := ls.l.extend(ctx, ttl)
 	switch {
 	case err == nil && ok:
+		ls.l.renewed(nil)
 	case err == nil:
-		ls.l.lose(fmt.Errorf("%w: %q: renewal found it no longer ours", ErrLost, ls.l.key))
+		cause := fmt.Errorf("%w: %q: renewal found it no longer ours", ErrLost, ls.l.key)
+		ls.l.renewed(cause)
+		ls.l.lose(cause)
 	default:
+		ls.l.renewed(err)
 		s.mu.Lock()
 		ls.err = err
 		ls.retryAt = time.Now().Add(max(ttl/16, time.Millisecond))
