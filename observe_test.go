@@ -120,7 +120,11 @@ func TestObserverSeesEveryEvent(t *testing.T) {
 	time.Sleep(250 * time.Millisecond) // two renewals, at ttl/3
 	require.NoError(t, e.raw.Del(e.ctx, k).Err())
 	waitDone(t, kctx, 2*time.Second)
-	events := rec.take()
+	var events []string
+	require.Eventually(t, func() bool {
+		events = append(events, rec.take()...)
+		return len(events) > 0 && strings.HasPrefix(events[len(events)-1], "hold end")
+	}, time.Second, time.Millisecond, "told right after the context is cancelled")
 	last := events[len(events)-2:]
 	assert.Equal(t, []string{
 		"renewal " + k + " ok=false lost=true",
@@ -186,7 +190,9 @@ func TestWithLogger(t *testing.T) {
 	defer stop()
 	require.NoError(t, e.raw.Del(e.ctx, e.key).Err())
 	waitDone(t, kctx, 2*time.Second)
-	out := logged()
+	var out string
+	require.Eventually(t, func() bool { out += logged(); return strings.Contains(out, "lock lost") }, time.Second, time.Millisecond,
+		"logged right after the context is cancelled")
 	assert.Contains(t, out, `level=WARN msg="padlock: lock lost" key=`+e.key)
 	assert.Contains(t, out, "cause=")
 	assert.Contains(t, out, "held=")
