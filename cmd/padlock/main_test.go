@@ -207,6 +207,7 @@ func TestRunKillsTheCommandWhenTheLockIsLost(t *testing.T) {
 	require.ErrorAs(t, err, &exit)
 	assert.Equal(t, 79, exit.ExitCode())
 	assert.Contains(t, stderr.String(), "lock lock:lost lost while the command ran")
+	assert.Contains(t, stderr.String(), `level=WARN msg="padlock: lock lost" key=lock:lost`, "logged through slog")
 	assert.NotContains(t, string(rest), "survived")
 	if took > ttl+grace+time.Second {
 		t.Errorf("the command outlived the stolen lock by %v (ttl %v + grace %v)", took, ttl, grace)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -58,7 +59,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	defer rdb.Close()
-	locks := padlock.New(rdb)
+	// Lost locks and failed releases are logged to stderr (slog, text).
+	locks := padlock.New(rdb, padlock.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
 	opts := []padlock.Option{padlock.WithMetadata(*metadata)}
 	if *fence {
 		opts = append(opts, padlock.WithFencing())
