@@ -77,6 +77,40 @@ func TestClusterOperations(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), info.Fence, key)
 		require.NoError(t, c.Do(ctx, key, time.Second, func(context.Context) error { return nil }), key)
+
+		// A semaphore and a shared hold: every key of theirs in the key's
+		// slot (or the scripts fail with CROSSSLOT), waiters woken.
+		for _, tt := range []struct {
+			holder, waiter []padlock.Option
+		}{
+			{[]padlock.Option{padlock.WithLimit(1)}, []padlock.Option{padlock.WithLimit(1)}}, // a place after a place
+			{[]padlock.Option{padlock.WithShared()}, nil},                                    // exclusive after a shared hold
+		} {
+			k := key + ":counted"
+			h, err := c.TryAcquire(ctx, k, 300*time.Millisecond, tt.holder...)
+			require.NoError(t, err, k)
+			kctx, stop := h.KeepAlive(ctx)
+			time.Sleep(400 * time.Millisecond)
+			require.NoError(t, kctx.Err(), "%s: kept alive", k)
+			stop()
+			done := make(chan error, 1)
+			go func() {
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				w, err := c.Acquire(wctx, k, time.Minute, tt.waiter...)
+				if err == nil {
+					err = w.Release(ctx)
+				}
+				done <- err
+			}()
+			time.Sleep(50 * time.Millisecond)
+			info, err := c.Inspect(ctx, k)
+			require.NoError(t, err)
+			assert.Len(t, info.Holders, 1, k)
+			require.NoError(t, h.Release(ctx), k)
+			require.NoError(t, <-done, "%s: the waiter got in", k)
+			require.NoError(t, cc.Del(ctx, k).Err())
+		}
 	}
 	assert.Len(t, owners, len(nodes), "the keys covered every master")
 }

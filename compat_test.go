@@ -155,7 +155,7 @@ func everyOperation(t *testing.T, s *matrixServer, newRDB func() *redis.Client) 
 		assert.Greater(t, d, 20*time.Second)
 		info, err := b.Inspect(ctx, key)
 		require.NoError(t, err)
-		assert.Equal(t, padlock.LockInfo{Key: key, Held: true, Token: l.Token(), Metadata: "host=a", TTL: info.TTL}, info)
+		assert.Equal(t, padlock.LockInfo{Key: key, Held: true, Kind: "lock", Token: l.Token(), Metadata: "host=a", TTL: info.TTL}, info)
 		require.NoError(t, l.Release(ctx))
 		assert.Zero(t, s.admin.Exists(ctx, key).Val(), "released")
 		require.ErrorIs(t, l.Release(ctx), padlock.ErrNotHeld)
@@ -260,6 +260,60 @@ func everyOperation(t *testing.T, s *matrixServer, newRDB func() *redis.Client) 
 		assert.Zero(t, s.admin.Exists(ctx, keys...).Val())
 	})
 
+	t.Run("semaphore", func(t *testing.T) {
+		k := key + ":sem"
+		two := padlock.WithLimit(2)
+		l1, err := a.TryAcquire(ctx, k, 5*time.Second, two, padlock.WithFencing())
+		require.NoError(t, err)
+		l2, err := b.TryAcquire(ctx, k, 5*time.Second, two, padlock.WithFencing())
+		require.NoError(t, err)
+		_, err = a.TryAcquire(ctx, k, time.Second, two)
+		require.ErrorIs(t, err, padlock.ErrNotAcquired)
+		require.NoError(t, l1.Extend(ctx, 10*time.Second))
+		_, err = l2.TTL(ctx)
+		require.NoError(t, err)
+		info, err := a.Inspect(ctx, k)
+		require.NoError(t, err)
+		assert.Len(t, info.Holders, 2)
+		woken := make(chan error, 1)
+		go func() {
+			l, err := b.Acquire(ctx, k, 5*time.Second, two)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			woken <- err
+		}()
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, l1.Release(ctx))
+		require.NoError(t, <-woken)
+		require.NoError(t, l2.Release(ctx))
+		assert.Zero(t, s.admin.Exists(ctx, k).Val())
+	})
+
+	t.Run("shared", func(t *testing.T) {
+		k := key + ":rw"
+		r1, err := a.TryAcquire(ctx, k, 5*time.Second, padlock.WithShared())
+		require.NoError(t, err)
+		r2, err := b.TryAcquire(ctx, k, 5*time.Second, padlock.WithShared())
+		require.NoError(t, err)
+		_, err = a.TryAcquire(ctx, k, time.Second)
+		require.ErrorIs(t, err, padlock.ErrNotAcquired)
+		require.NoError(t, r1.Extend(ctx, 10*time.Second))
+		got := make(chan error, 1)
+		go func() {
+			w, err := a.Acquire(ctx, k, 5*time.Second)
+			if err == nil {
+				err = w.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, r1.Release(ctx))
+		require.NoError(t, r2.Release(ctx))
+		require.NoError(t, <-got)
+		assert.Zero(t, s.admin.Exists(ctx, k).Val())
+	})
+
 	t.Run("do", func(t *testing.T) {
 		k := key + ":do"
 		ran := false
@@ -280,6 +334,8 @@ func everyOperation(t *testing.T, s *matrixServer, newRDB func() *redis.Client) 
 // begins with "lock:x".
 func onlyKeysBeginningWithTheLock(t *testing.T, s *matrixServer) {
 	ctx := t.Context()
+	// Start clean: earlier tests' keys expiring now would be noise.
+	require.NoError(t, s.admin.FlushAll(ctx).Err())
 	require.NoError(t, s.admin.ConfigSet(ctx, "notify-keyspace-events", "KA").Err())
 	watch := s.srv.Client().PSubscribe(ctx, "__keyspace@0__:*")
 	defer watch.Close()
@@ -339,6 +395,26 @@ func onlyKeysBeginningWithTheLock(t *testing.T, s *matrixServer) {
 	cancel()
 	require.ErrorIs(t, err, padlock.ErrNotAcquired)
 	require.NoError(t, l.Release(ctx))
+	// A semaphore, with a waiter that gives up.
+	sem := key + ":sem"
+	h, err := a.TryAcquire(ctx, sem, time.Second, padlock.WithLimit(1), padlock.WithFencing())
+	require.NoError(t, err)
+	gctx, cancel = context.WithTimeout(ctx, 150*time.Millisecond)
+	_, err = b.Acquire(gctx, sem, time.Second, padlock.WithLimit(1))
+	cancel()
+	require.ErrorIs(t, err, padlock.ErrNotAcquired)
+	require.NoError(t, h.Extend(ctx, 2*time.Second))
+	require.NoError(t, h.Release(ctx))
+	// A shared hold, with an exclusive waiter that gives up.
+	rw := key + ":rw"
+	h, err = a.TryAcquire(ctx, rw, time.Second, padlock.WithShared(), padlock.WithFencing())
+	require.NoError(t, err)
+	gctx, cancel = context.WithTimeout(ctx, 150*time.Millisecond)
+	_, err = b.Acquire(gctx, rw, time.Second)
+	cancel()
+	require.ErrorIs(t, err, padlock.ErrNotAcquired)
+	require.NoError(t, h.Extend(ctx, 2*time.Second))
+	require.NoError(t, h.Release(ctx))
 	m, err := a.TryAcquireMany(ctx, []string{key + "{m}:1", key + "{m}:2"}, time.Second)
 	require.NoError(t, err)
 	require.NoError(t, m.Extend(ctx, 2*time.Second))
@@ -364,7 +440,9 @@ func onlyKeysBeginningWithTheLock(t *testing.T, s *matrixServer) {
 	}
 	slices.Sort(keys)
 	t.Logf("keys written: %v", keys)
-	for _, want := range []string{key, fenceKey(key), key + ":{" + key + "}:queue", key + "{m}:1"} {
+	for _, want := range []string{key, fenceKey(key), key + ":{" + key + "}:queue", key + "{m}:1",
+		sem, sem + ":{" + sem + "}:queue", sem + ":{" + sem + "}:seen", sem + ":{" + sem + "}:fences", fenceKey(sem),
+		rw, rw + ":{" + rw + "}:shared", rw + ":{" + rw + "}:fences", rw + ":{" + rw + "}:queue"} {
 		assert.True(t, written[want], "%s was written (the watch sees writes)", want)
 	}
 }

@@ -11,16 +11,20 @@ import (
 // and tools. It is a snapshot: the lock may change right after.
 type LockInfo struct {
 	Key      string
-	Held     bool          // whether the key exists
-	Token    string        // the holder's token ("" if not held)
-	Metadata string        // what the holder stored with WithMetadata
+	Held     bool          // whether the key is held (by a lock, or by any holder of a semaphore or shared hold)
+	Kind     string        // "lock", "semaphore" or "shared" (shared holders hold it); "" when not held
+	Token    string        // the holder's token, for a lock ("" otherwise)
+	Metadata string        // what the holder stored with WithMetadata, for a lock
 	TTL      time.Duration // time left; negative if held with no expiry, 0 if not held
 	Fence    int64         // the key's fencing counter: the last fence handed out, 0 if none
+	Holders  []HolderInfo  // every holder of a semaphore or shared hold, soonest to expire first
+	Waiting  int           // clients waiting in Redis for the key (see Acquire)
 }
 
-// Inspect reads the lock key and its fencing counter from Redis, in one
-// round trip, without changing anything. It blocks until Redis answers or
-// ctx is done. A key that is not held is not an error: Held is false.
+// Inspect reads the lock key, its holders, its fencing counter and how
+// many clients wait for it from Redis, in one round trip, without
+// changing anything. It blocks until Redis answers or ctx is done. A key
+// that is not held is not an error: Held is false.
 //
 // It returns ErrInvalid for bad input and a wrapped Redis error if Redis
 // cannot answer. A key holding a value that padlock did not write reports
@@ -32,24 +36,40 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	}
 	keys := []string{key}
 	if queueable(key) {
-		keys = append(keys, sideKey(key, "fence"))
+		keys = append(keys, sideKey(key, "fence"), sideKey(key, "shared"), sideKey(key, "queue"), sideKey(key, "fences"))
 	}
 	reply, err := inspectScript.Run(ctx, c.rdb, keys).Slice()
 	if err != nil {
 		return info, opError("inspect", key, err)
 	}
-	if len(reply) != 3 {
+	if len(reply) != 7 {
 		return info, fmt.Errorf("padlock: inspect %q: unexpected reply %v", key, reply)
 	}
-	if v, ok := reply[0].(string); ok {
+	now, _ := reply[4].(int64)
+	holders, _ := reply[3].([]any)
+	info.Holders = parseHolders(holders, now)
+	if ms, ok := reply[1].(int64); ok && ms != -2 {
 		info.Held = true
+		info.TTL = time.Duration(ms) * time.Millisecond
+	}
+	switch v, _ := reply[0].(string); {
+	case reply[6] == "zset":
+		info.Kind = "semaphore"
+		info.Held = len(info.Holders) > 0
+	case v == sharedMarker:
+		info.Kind = "shared"
+	case info.Held:
+		info.Kind = "lock"
 		info.Token, info.Metadata = splitValue(v)
-		if ms, ok := reply[1].(int64); ok {
-			info.TTL = time.Duration(ms) * time.Millisecond
-		}
+	}
+	if !info.Held {
+		info.Kind, info.TTL = "", 0
 	}
 	if s, ok := reply[2].(string); ok {
 		info.Fence, _ = strconv.ParseInt(s, 10, 64)
+	}
+	if n, ok := reply[5].(int64); ok {
+		info.Waiting = int(n)
 	}
 	return info, nil
 }

@@ -68,6 +68,9 @@ func (l *Lock) acquireOn(ctx context.Context, r doer) (int64, error) {
 // else 0. A multi-key lock with some keys no longer ours has the others
 // deleted, and reports 0.
 func (l *Lock) releaseOn(ctx context.Context, r doer) (int64, error) {
+	if k := l.counted(); k != nil {
+		return countReleaseScript.Run(ctx, r, k.keys[:5], l.value, graceArg).Int64()
+	}
 	m := l.multi()
 	if m == nil {
 		return evalsha(ctx, r, releaseScript, l.relCmd).Int64()
@@ -81,6 +84,9 @@ func (l *Lock) releaseOn(ctx context.Context, r doer) (int64, error) {
 
 // extendCall is the script and keys that extend l.
 func (l *Lock) extendCall() (luaScript, []string) {
+	if k := l.counted(); k != nil {
+		return countExtendScript, k.keys[:5]
+	}
 	if m := l.multi(); m != nil {
 		return extendManyScript, m
 	}
@@ -89,6 +95,9 @@ func (l *Lock) extendCall() (luaScript, []string) {
 
 // pttlCall is the script and keys that read l's remaining ttl.
 func (l *Lock) pttlCall() (luaScript, []string) {
+	if k := l.counted(); k != nil {
+		return countPTTLScript, k.keys[:5]
+	}
 	if m := l.multi(); m != nil {
 		return pttlManyScript, m
 	}

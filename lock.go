@@ -195,6 +195,11 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	if o.metadata != "" {
 		l.value += " " + o.metadata
 	}
+	if o.limitSet || o.shared {
+		if err := c.newCounting(l, o); err != nil {
+			return nil, o, err
+		}
+	}
 	// The script arguments, boxed once for every call of this lock.
 	l.args[0], l.args[1] = l.value, c.ttlArg(ttl)
 	var key0 any = key
@@ -311,6 +316,9 @@ func hasHashTag(key string) bool {
 // if unknown). Any other error is wrapped; if the script may have run, the
 // lock is released again before attempt returns.
 func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
+	if l.counted() != nil {
+		return c.countAttempt(ctx, l, false)
+	}
 	if c.nodes != nil {
 		return c.redlockAttempt(ctx, l)
 	}
@@ -388,6 +396,7 @@ type lockExtra struct {
 	many           []string      // the keys of a multi-key lock (TryAcquireMany)
 	replicas       int           // WithReplicas: replicas to wait for after each write
 	replicaTimeout time.Duration // and for how long
+	count          *counting     // WithLimit, WithShared: a place among several holders
 	obs            *Observer     // WithObserver: told what the lock does
 	acquiredAt     time.Time     // with obs: when the acquire succeeded; under mu
 	holdEnded      bool          // with obs: HoldEnd was called; under mu

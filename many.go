@@ -90,6 +90,9 @@ func (c *Client) newManyLock(ctx context.Context, keys []string, ttl time.Durati
 			}
 		}
 	}
+	if l.counted() != nil {
+		return nil, o, fmt.Errorf("%w: WithLimit and WithShared on a multi-key acquire are not supported", ErrInvalid)
+	}
 	if l.x == nil {
 		l.x = &lockExtra{}
 	}

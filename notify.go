@@ -45,9 +45,12 @@ type waiter struct {
 	obs        *Observer     // the waiting Lock's observer, or nil
 }
 
-// A keyQueue is the FIFO of one key's waiters, head first.
+// A keyQueue is the FIFO of one key's waiters, head first, and its free
+// waiters (semaphores and shared holds: not in turn, every release wakes
+// them all).
 type keyQueue struct {
 	waiters    []*waiter
+	free       []*waiter
 	subscribed bool // its channel is subscribed (or being subscribed)
 }
 
@@ -90,6 +93,27 @@ func (c *Client) enqueue(key, token string, obs *Observer) (*waiter, bool, error
 	return w, len(q.waiters) == 1, nil
 }
 
+// enqueueFree adds a free waiter for key (see keyQueue).
+func (c *Client) enqueueFree(key, token string) (*waiter, bool, error) {
+	n := &c.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, false, ErrClosed
+	}
+	if n.queues == nil {
+		n.queues = make(map[string]*keyQueue)
+	}
+	q := n.queues[key]
+	if q == nil {
+		q = &keyQueue{}
+		n.queues[key] = q
+	}
+	w := &waiter{key: key, token: token, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
+	q.free = append(q.free, w)
+	return w, true, nil
+}
+
 // dequeue removes w from its queue. If w was the head, the next waiter
 // becomes head: woken to attempt at once if w did not get the lock (it may
 // be free), or only told it is head if w got it (it is held: the next
@@ -109,6 +133,12 @@ func (c *Client) dequeue(w *waiter, acquired bool) {
 			break
 		}
 	}
+	for i, x := range q.free {
+		if x == w {
+			q.free = append(q.free[:i], q.free[i+1:]...)
+			break
+		}
+	}
 	if head && len(q.waiters) > 0 {
 		next := q.waiters[0]
 		signal(next.turn)
@@ -118,7 +148,7 @@ func (c *Client) dequeue(w *waiter, acquired bool) {
 			signal(next.wake)
 		}
 	}
-	if len(q.waiters) == 0 {
+	if len(q.waiters) == 0 && len(q.free) == 0 {
 		delete(n.queues, w.key)
 		if q.subscribed {
 			c.unsubscribeLocked(w.key)
@@ -141,7 +171,13 @@ func (n *notifier) released(key, msg string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	q := n.queues[key]
-	if q == nil || len(q.waiters) == 0 {
+	if q == nil {
+		return
+	}
+	for _, w := range q.free {
+		signal(w.wake) // any release may free a place
+	}
+	if len(q.waiters) == 0 {
 		return
 	}
 	if msg == releasedMsg {
@@ -407,7 +443,7 @@ func (n *notifier) closeAll() {
 	n.mu.Lock()
 	n.closed = true
 	for _, q := range n.queues {
-		for _, w := range q.waiters {
+		for _, w := range append(q.waiters, q.free...) {
 			signal(w.wake)
 			signal(w.turn)
 		}

@@ -19,6 +19,9 @@ type options struct {
 	replicas       int
 	replicaTimeout time.Duration
 	obs            *Observer // WithObserver, WithLogger: nil for none
+	limit          int       // WithLimit
+	limitSet       bool      // WithLimit was given
+	shared         bool      // WithShared
 }
 
 func defaultOptions() options {

@@ -66,6 +66,9 @@ func sleep(ctx context.Context, _ string, d time.Duration) error {
 // only the head of the queue. The head also sleeps no longer than the
 // holder's remaining ttl or its backoff, in case a notification is lost.
 func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Lock, err error) {
+	if l.counted() != nil {
+		return c.countWaiting(ctx, l, o)
+	}
 	var w *waiter
 	var held bool
 	head := true

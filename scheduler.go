@@ -363,8 +363,9 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	}
 	if noscript {
 		// A flushed or restarted server: load the scripts, and try again.
-		_ = extendScript.Load(ctx, rdb).Err()
-		_ = extendManyScript.Load(ctx, rdb).Err()
+		for _, script := range []luaScript{extendScript, extendManyScript, countExtendScript} {
+			_ = script.Load(ctx, rdb).Err()
+		}
 		sent = time.Now()
 		cmds = s.extendAll(ctx, rdb, locked, ttls)
 	}

@@ -11,17 +11,21 @@ import (
 // fresh or flushed server) go-redis falls back to EVAL, which also loads
 // the script.
 var (
-	acquireScript     = script("acquire")
-	releaseScript     = script("release")
-	extendScript      = script("extend")
-	pttlScript        = script("pttl")
-	waitScript        = script("wait")
-	leaveScript       = script("leave")
-	acquireManyScript = script("acquire_many")
-	releaseManyScript = script("release_many")
-	extendManyScript  = script("extend_many")
-	pttlManyScript    = script("pttl_many")
-	inspectScript     = script("inspect")
+	acquireScript      = script("acquire")
+	releaseScript      = script("release")
+	extendScript       = script("extend")
+	pttlScript         = script("pttl")
+	waitScript         = script("wait")
+	leaveScript        = script("leave")
+	acquireManyScript  = script("acquire_many")
+	releaseManyScript  = script("release_many")
+	extendManyScript   = script("extend_many")
+	pttlManyScript     = script("pttl_many")
+	inspectScript      = script("inspect")
+	countScript        = script("count")
+	countReleaseScript = script("count_release")
+	countExtendScript  = script("count_extend")
+	countPTTLScript    = script("count_pttl")
 )
 
 //go:embed lua/*.lua

@@ -11,10 +11,16 @@ local first = redis.call('ZPOPMIN', KEYS[2])
 if not first[1] then
   return 1
 end
-local t = redis.call('TIME')
-local deadline = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2])
-redis.call('ZADD', KEYS[2], -deadline, '>' .. first[1])
 local msg = first[1]
+if tonumber(first[2]) >= 4e15 then
+  -- Only shared holds wait (see count.lua): they stay queued; wake them.
+  redis.call('ZADD', KEYS[2], first[2], first[1])
+  msg = 'released'
+else
+  local t = redis.call('TIME')
+  local deadline = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2])
+  redis.call('ZADD', KEYS[2], -deadline, '>' .. first[1])
+end
 if not pcall(redis.call, 'SPUBLISH', KEYS[1], msg) then
   redis.call('PUBLISH', KEYS[1], msg)
 end

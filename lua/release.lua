@@ -18,10 +18,15 @@ if KEYS[2] then
   if not first[1] then
     return 1 -- nobody waits: nobody to tell
   end
-  local t = redis.call('TIME')
-  local deadline = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2])
-  redis.call('ZADD', KEYS[2], -deadline, '>' .. first[1])
-  msg = first[1]
+  if tonumber(first[2]) >= 4e15 then
+    -- Only shared holds wait (see count.lua): they stay queued; wake them.
+    redis.call('ZADD', KEYS[2], first[2], first[1])
+  else
+    local t = redis.call('TIME')
+    local deadline = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2])
+    redis.call('ZADD', KEYS[2], -deadline, '>' .. first[1])
+    msg = first[1]
+  end
 end
 if not pcall(redis.call, 'SPUBLISH', KEYS[1], msg) then
   redis.call('PUBLISH', KEYS[1], msg)
