@@ -111,6 +111,7 @@ func (s *matrixServer) user(t *testing.T, name string, rule []string) *redis.Cli
 }
 
 func TestCompatibilityMatrix(t *testing.T) {
+	t.Parallel()
 	for _, bin := range redistest.Servers(t) {
 		t.Run(filepath.Base(bin), func(t *testing.T) {
 			t.Parallel()
@@ -450,6 +451,7 @@ func onlyKeysBeginningWithTheLock(t *testing.T, s *matrixServer) {
 // A refusal for want of permission (NOPERM, or a script's command
 // refused) says which permissions padlock needs, on every server.
 func TestNoPermissionErrorSaysWhatToDo(t *testing.T) {
+	t.Parallel()
 	for _, bin := range redistest.Servers(t) {
 		t.Run(filepath.Base(bin), func(t *testing.T) {
 			t.Parallel()

@@ -222,6 +222,7 @@ func TestSemaphoreIsFairAcrossClients(t *testing.T) {
 
 // A kept-alive place outlives its ttl.
 func TestSemaphoreKeepAlive(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	l, err := e.c.TryAcquire(e.ctx, e.key, 300*time.Millisecond, padlock.WithLimit(1))
 	require.NoError(t, err)
@@ -237,6 +238,7 @@ func TestSemaphoreKeepAlive(t *testing.T) {
 // 12 goroutines over 3 Clients, 8 rounds each through Do, with n = 3:
 // never more than 3 inside, and they do overlap.
 func TestSemaphoreDoUnderContention(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	clients := []*padlock.Client{e.c, padlock.New(e.raw), padlock.New(e.srv.Client())}
 	for _, c := range clients[1:] {
@@ -367,6 +369,7 @@ func TestSharedWaitingWriterGoesFirst(t *testing.T) {
 
 // Shared Do calls overlap, and are kept alive past their ttl.
 func TestSharedDoOverlapsAndIsKeptAlive(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	var inside, most atomic.Int64
 	var wg sync.WaitGroup

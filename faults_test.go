@@ -104,6 +104,7 @@ func TestKeepAliveBlackholed(t *testing.T) {
 // Latency as long as the ttl: a lock whose validity is gone by the time
 // its reply arrives is released, not handed out.
 func TestSlowAcquireIsNotHandedOut(t *testing.T) {
+	t.Parallel()
 	e, p := proxied(t, &redis.Options{})
 	p.SetLatency(150 * time.Millisecond) // each way
 	_, err := e.c.TryAcquire(e.ctx, e.key, 250*time.Millisecond)

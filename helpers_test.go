@@ -2,6 +2,7 @@ package padlock_test
 
 import (
 	"context"
+	"flag"
 	"os"
 	"sync"
 	"testing"
@@ -19,6 +20,14 @@ func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{}) // tests that stop Redis would fill the log with dial errors
 	if mode := os.Getenv("PADLOCK_CHILD"); mode != "" {
 		os.Exit(runChild(mode)) // a lock holder in a child process (child_test.go)
+	}
+	// The parallel tests start servers of their own and mostly wait on
+	// them: run four at a time, not GOMAXPROCS, unless -parallel is given.
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		_ = flag.Set("test.parallel", "4")
 	}
 	// go-redis (before v9.8) redials a server that refused connections
 	// from a goroutine of its own, which ends by itself within a second of

@@ -36,6 +36,7 @@ func (e *env) scripts() int {
 }
 
 func TestKeepAliveKeepsTheLockPastItsTTL(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	l, err := e.c.TryAcquire(e.ctx, e.key, 300*time.Millisecond)
 	require.NoError(t, err)
@@ -214,6 +215,7 @@ func TestReleaseStopsKeepAlive(t *testing.T) {
 // reaches Redis after Release: PEXPIRE, which only the extend script
 // calls, is never run once every lock is released.
 func TestNoRenewalAfterRelease(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	pexpires := func() int {
 		info, err := e.raw.Info(e.ctx, "commandstats").Result()

@@ -52,6 +52,7 @@ func TestTryAcquireManyAllOrNone(t *testing.T) {
 }
 
 func TestAcquireManyWaitsAndKeepsAlive(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	a, b := e.key+":a", e.key+":b"
 	holder, err := e.c.TryAcquire(e.ctx, b, time.Minute)

@@ -32,6 +32,7 @@ func TestReleaseWakesAWaiter(t *testing.T) {
 }
 
 func TestWithoutNotificationsPolls(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	holder, err := e.c.TryAcquire(e.ctx, e.key, time.Hour)
 	require.NoError(t, err)

@@ -174,6 +174,7 @@ func TestFailedReleaseIsRetriedInTheBackground(t *testing.T) {
 // lock that another holder (another Client, or the same Client through a
 // new Acquire) took meanwhile.
 func TestReleaseRetryNeverDeletesAnotherHolder(t *testing.T) {
+	t.Parallel()
 	e, p := proxied(t, &redis.Options{MaxRetries: -1, ReadTimeout: 200 * time.Millisecond, DialTimeout: 200 * time.Millisecond})
 	releases := &releaseCounter{}
 	e.rdb.AddHook(releases)

@@ -79,6 +79,7 @@ func TestAcquireWakesWhenTheHolderExpires(t *testing.T) {
 }
 
 func TestAcquireDoesNotBusyLoop(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		warm, err := e.c.Acquire(e.ctx, e.key+":warm", time.Minute) // load the scripts
 		require.NoError(t, err)
