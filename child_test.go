@@ -66,13 +66,21 @@ func childDuration(name string) time.Duration {
 	return d
 }
 
-// holderChild takes a fenced lock, keeps it alive, says "lost CAUSE" when
+// holderChild takes a fenced lock (a place of a semaphore of 1 with
+// KIND=semaphore, a shared hold with KIND=shared), keeps it alive, says "lost CAUSE" when
 // the lease ends, and answers commands on stdin: "write" (a fenced write of
 // the register), "extend", "release".
 func holderChild(c *padlock.Client, rdb *redis.Client) error {
 	ctx := context.Background()
 	key, reg := childEnv("KEY"), childEnv("REG")
-	l, err := c.TryAcquire(ctx, key, childDuration("TTL"), padlock.WithFencing())
+	opts := []padlock.Option{padlock.WithFencing()}
+	switch childEnv("KIND") {
+	case "semaphore":
+		opts = append(opts, padlock.WithLimit(1))
+	case "shared":
+		opts = append(opts, padlock.WithShared())
+	}
+	l, err := c.TryAcquire(ctx, key, childDuration("TTL"), opts...)
 	if err != nil {
 		return err
 	}

@@ -53,6 +53,23 @@
 // NewRedlock spreads a lock over several independent primaries; the README
 // compares the topologies.
 //
+// WithLimit(n) makes a key a counting semaphore (up to n holders at once),
+// and WithShared takes a shared hold of a reader-writer lock (any number
+// of shared holders, or one exclusive holder; writers first). Each holder
+// gets a Lock of its own, with the same guarantees.
+//
+// Release ignores the cancellation of its context, so that
+// defer lock.Release(ctx) with a request's context is safe, and a release
+// that cannot reach Redis is retried in the background until it lands or
+// the lock expires.
+//
+// WithObserver attaches hooks to every acquire, wait, release, renewal and
+// loss, WithLogger logs what an operator should know through log/slog, and
+// the padlockotel module reports OpenTelemetry metrics and spans. Redis 6.0
+// and later and Valkey 7.2 and later are supported; every key padlock
+// writes for a lock begins with the lock's key, so one ACL key pattern
+// covers it (the README gives the minimal rule).
+//
 // # What is not guaranteed
 //
 // A lock is only as durable as the Redis that holds it. If Redis restarts

@@ -316,3 +316,68 @@ func Example_idempotency() {
 	// instance 2 found the job done
 	// charged: 100
 }
+
+// At most 2 exports against a partner's API at once, across every
+// instance: a semaphore of 2 places. A third export waits (Do) or is
+// refused (TryDo) while both places are taken.
+func ExampleWithLimit() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := padlock.New(rdb)
+	ctx := context.Background()
+	two := padlock.WithLimit(2)
+
+	first, _ := locks.TryAcquire(ctx, "lock:exports:partner", time.Minute, two, padlock.WithMetadata("export 1"))
+	second, _ := locks.TryAcquire(ctx, "lock:exports:partner", time.Minute, two, padlock.WithMetadata("export 2"))
+	err := locks.TryDo(ctx, "lock:exports:partner", time.Minute, func(context.Context) error {
+		return nil // export 3
+	}, two)
+	fmt.Println("a third export:", errors.Is(err, padlock.ErrNotAcquired))
+
+	info, _ := locks.Inspect(ctx, "lock:exports:partner")
+	fmt.Println(info.Kind, "with", len(info.Holders), "holders")
+
+	_ = first.Release(ctx) // a place frees up
+	err = locks.TryDo(ctx, "lock:exports:partner", time.Minute, func(context.Context) error {
+		fmt.Println("exporting")
+		return nil
+	}, two)
+	fmt.Println("a third export, later:", err)
+	_ = second.Release(ctx)
+	// Output:
+	// a third export: true
+	// semaphore with 2 holders
+	// exporting
+	// a third export, later: <nil>
+}
+
+// A config document read by every instance and rewritten by one: readers
+// take shared holds, any number at once; the writer takes the ordinary,
+// exclusive lock, which waits for the readers (and, once it waits, new
+// readers wait behind it).
+func ExampleWithShared() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := padlock.New(rdb)
+	ctx := context.Background()
+
+	reader1, _ := locks.TryAcquire(ctx, "lock:config", time.Minute, padlock.WithShared())
+	reader2, err := locks.TryAcquire(ctx, "lock:config", time.Minute, padlock.WithShared())
+	fmt.Println("two readers at once:", err == nil)
+
+	_, err = locks.TryAcquire(ctx, "lock:config", time.Minute) // the writer
+	fmt.Println("writer while they read:", errors.Is(err, padlock.ErrNotAcquired))
+
+	_ = reader1.Release(ctx)
+	_ = reader2.Release(ctx)
+	err = locks.TryDo(ctx, "lock:config", time.Minute, func(context.Context) error {
+		fmt.Println("rewriting the config")
+		return nil
+	})
+	fmt.Println("writer after they left:", err)
+	// Output:
+	// two readers at once: true
+	// writer while they read: true
+	// rewriting the config
+	// writer after they left: <nil>
+}

@@ -118,3 +118,44 @@ func TestSlowAcquireIsNotHandedOut(t *testing.T) {
 	p.SetLatency(0)
 	require.NoError(t, l.Release(e.ctx))
 }
+
+// Lost replies, for a place of a semaphore and a shared hold: an acquire
+// whose reply is lost and that go-redis sends again finds its own place
+// (with the fence it was given: the counter moved once); a release whose
+// reply is lost and is sent again reports ErrNotHeld, and the place is
+// free.
+func TestCountedLostReplies(t *testing.T) {
+	e, p := proxied(t, &redis.Options{})
+	for _, tt := range []struct {
+		name string
+		opt  padlock.Option
+	}{{"semaphore", padlock.WithLimit(2)}, {"shared", padlock.WithShared()}} {
+		for _, call := range []string{"TryAcquire", "Acquire"} {
+			key := e.key + ":" + tt.name + ":" + call
+			p.DropNextReply()
+			var l *padlock.Lock
+			var err error
+			if call == "TryAcquire" {
+				l, err = e.c.TryAcquire(e.ctx, key, time.Minute, tt.opt, padlock.WithFencing())
+			} else {
+				l, err = e.c.Acquire(e.ctx, key, time.Minute, tt.opt, padlock.WithFencing())
+			}
+			require.NoError(t, err, "%s %s after a lost reply", tt.name, call)
+			info, err := e.c.Inspect(e.ctx, key)
+			require.NoError(t, err)
+			require.Len(t, info.Holders, 1, "%s %s: one place taken", tt.name, call)
+			assert.Equal(t, l.Token(), info.Holders[0].Token)
+			assert.Equal(t, int64(1), l.Fence(), "%s %s: the retry reports the first attempt's fence", tt.name, call)
+			assert.Equal(t, "1", e.get(fenceKey(key)), "%s %s: the counter moved once", tt.name, call)
+
+			p.DropNextReply()
+			if err := l.Release(e.ctx); err != nil { // nil when the lost reply was a NOSCRIPT
+				require.ErrorIs(t, err, padlock.ErrNotHeld, "%s: a retried release finds it gone", tt.name)
+			}
+			info, err = e.c.Inspect(e.ctx, key)
+			require.NoError(t, err)
+			assert.Empty(t, info.Holders, "%s: released", tt.name)
+			assert.False(t, info.Held)
+		}
+	}
+}

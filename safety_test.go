@@ -26,15 +26,33 @@ import (
 // takes the lock. When the paused holder runs again, its keep-alive
 // reports ErrLost within one renewal period, its Release and Extend return
 // ErrNotHeld, and its late write is rejected by the fence-checking store.
+// The same for a place of a semaphore, and for a shared hold (the next
+// holder then an exclusive one).
 func TestPausedHolder(t *testing.T) {
-	e := newReal(t, nil)
+	tests := []struct {
+		kind string
+		next []padlock.Option
+	}{
+		{"lock", nil},
+		{"semaphore", []padlock.Option{padlock.WithLimit(1)}},
+		{"shared", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			e := newReal(t, nil)
+			pausedHolder(t, e, tt.kind, tt.next)
+		})
+	}
+}
+
+func pausedHolder(t *testing.T, e *env, kind string, nextOpts []padlock.Option) {
 	const ttl = 300 * time.Millisecond
 	reg := e.key + ":register"
-	ch := startChild(t, "holder", map[string]string{"ADDR": e.srv.Addr(), "KEY": e.key, "REG": reg, "TTL": ttl.String()})
+	ch := startChild(t, "holder", map[string]string{"ADDR": e.srv.Addr(), "KEY": e.key, "REG": reg, "TTL": ttl.String(), "KIND": kind})
 	first := ch.expect(t, "acquired fence=", 10*time.Second)
 
 	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
-	next, err := e.c.Acquire(e.ctx, e.key, time.Minute, padlock.WithFencing())
+	next, err := e.c.Acquire(e.ctx, e.key, time.Minute, append(nextOpts, padlock.WithFencing())...)
 	require.NoError(t, err, "the paused holder's lock expired")
 	assert.Equal(t, "acquired fence="+strconv.FormatInt(next.Fence()-1, 10), first, "fences go up")
 	ok, err := fencedWrite.Run(e.ctx, e.raw, []string{reg}, next.Fence(), "written by the new holder").Bool()
@@ -61,7 +79,14 @@ func TestPausedHolder(t *testing.T) {
 	v, err := e.raw.HGet(e.ctx, reg, "value").Result()
 	require.NoError(t, err)
 	assert.Equal(t, "written by the new holder", v)
-	assert.Equal(t, next.Token(), e.get(e.key), "the new holder's lock is untouched")
+	info, err := e.c.Inspect(e.ctx, e.key)
+	require.NoError(t, err)
+	if kind == "semaphore" {
+		require.Len(t, info.Holders, 1)
+		assert.Equal(t, next.Token(), info.Holders[0].Token, "the new holder's place is untouched")
+	} else {
+		assert.Equal(t, next.Token(), info.Token, "the new holder's lock is untouched")
+	}
 	require.NoError(t, next.Release(e.ctx))
 }
 

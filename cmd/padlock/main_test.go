@@ -341,7 +341,47 @@ func TestInspect(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 	r = padlockRun(t, s.url, "inspect", "-json", "lock:report")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.JSONEq(t, `{"key":"lock:report","held":false,"ttl_ms":0,"fence":1}`, r.stdout)
+	assert.JSONEq(t, `{"key":"lock:report","held":false,"ttl_ms":0,"fence":1,"waiting":0}`, r.stdout)
+}
+
+// padlock run -limit N runs a command under one of N places of a
+// semaphore, and inspect shows every holder.
+func TestRunUnderASemaphore(t *testing.T) {
+	s := startRedis(t)
+	ctx := t.Context()
+	other, err := s.c.TryAcquire(ctx, "lock:exports", time.Minute, padlock.WithLimit(2), padlock.WithMetadata("host=a pid=1"))
+	require.NoError(t, err)
+
+	// One place left: the command runs in it, and sees the semaphore full.
+	r := padlockRun(t, s.url, "run", "-limit", "2", "-metadata", "host=b pid=2", "lock:exports", "--",
+		"sh", "-c", `test "$PADLOCK_KEY" = lock:exports && exit 3`)
+	assert.Equal(t, 3, r.code, r.stderr)
+	full, err := s.c.TryAcquire(ctx, "lock:exports", time.Minute, padlock.WithLimit(2), padlock.WithMetadata("host=c pid=3"))
+	require.NoError(t, err, "the command's place was released")
+
+	r = padlockRun(t, s.url, "run", "-limit", "2", "lock:exports", "--", "true")
+	assert.Equal(t, 75, r.code, "both places taken")
+	assert.Contains(t, r.stderr, "lock:exports is held elsewhere by 2 holders (host=a pid=1; host=c pid=3)")
+
+	r = padlockRun(t, s.url, "inspect", "lock:exports")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "lock:exports: semaphore, 2 holders\n")
+	assert.Contains(t, r.stdout, "holder:   host=a pid=1\n    token:  "+other.Token()+"\n")
+	assert.Contains(t, r.stdout, "holder:   host=c pid=3\n    token:  "+full.Token()+"\n")
+	r = padlockRun(t, s.url, "inspect", "-json", "lock:exports")
+	require.Equal(t, 0, r.code, r.stderr)
+	var got struct {
+		Kind    string
+		Holders []struct{ Token, Metadata string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	assert.Equal(t, "semaphore", got.Kind)
+	assert.Len(t, got.Holders, 2)
+
+	r = padlockRun(t, s.url, "run", "-limit", "-1", "lock:exports", "--", "true")
+	assert.Equal(t, 64, r.code)
+	require.NoError(t, other.Release(ctx))
+	require.NoError(t, full.Release(ctx))
 }
 
 // checkDemo checks the demo's claims in its output.

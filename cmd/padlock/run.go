@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,6 +31,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wait := fset.Duration("wait", 0, "how long to wait for the lock; 0 tries once")
 	conflictExit := fset.Int("conflict-exit", exitConflict, "exit status when the lock is held elsewhere")
 	fence := fset.Bool("fence", false, "take a fencing token and pass it to the command as PADLOCK_FENCE")
+	limit := fset.Int("limit", 0, "run under one of N places of a semaphore on KEY (0: an exclusive lock)")
 	metadata := fset.String("metadata", defaultMetadata(), "stored with the lock; shown by 'padlock inspect'")
 	grace := fset.Duration("grace", 5*time.Second, "when the lock is lost: time between SIGTERM and SIGKILL")
 	if code, ok := parseFlags(fset, args); !ok {
@@ -62,6 +64,13 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// Lost locks and failed releases are logged to stderr (slog, text).
 	locks := padlock.New(rdb, padlock.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
 	opts := []padlock.Option{padlock.WithMetadata(*metadata)}
+	if *limit < 0 {
+		fmt.Fprintln(stderr, "padlock run: -limit cannot be negative")
+		return exitUsage
+	}
+	if *limit > 0 {
+		opts = append(opts, padlock.WithLimit(*limit))
+	}
 	if *fence {
 		opts = append(opts, padlock.WithFencing())
 	}
@@ -150,6 +159,13 @@ func holder(locks *padlock.Client, key string) string {
 	info, err := locks.Inspect(ctx, key)
 	if err != nil || !info.Held {
 		return ""
+	}
+	if info.Kind == "semaphore" || info.Kind == "shared" {
+		var who []string
+		for _, h := range info.Holders {
+			who = append(who, orNone(h.Metadata))
+		}
+		return fmt.Sprintf(" by %d holders (%s)", len(who), strings.Join(who, "; "))
 	}
 	who := ""
 	if info.Metadata != "" {
