@@ -170,9 +170,10 @@ func (c *Client) countAttempt(ctx context.Context, l *Lock, queued bool) (time.D
 // Redis, and attempts again when a release is announced, when the first
 // holder's ttl runs out, or after its backoff (at most countPoll).
 func (c *Client) countWaiting(ctx context.Context, l *Lock, o options) (_ *Lock, err error) {
+	k := l.counted()
 	var w *waiter
 	if o.notify {
-		if w, _, err = c.enqueueFree(l.key, l.tok()); err != nil {
+		if w, _, err = c.enqueueFree(l.key, l.tok(), k.limit == 0); err != nil {
 			return nil, opError("acquire", l.key, err)
 		}
 		defer c.dequeue(w, err == nil)
@@ -221,7 +222,15 @@ func (c *Client) countWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 				continue // a release before the subscription would go unheard
 			}
 		}
+		// Subscribed, a release wakes it: sleep until the first holder's
+		// ttl runs out, or countPoll. Otherwise back off as Acquire does.
 		d := min(waitTime(o.backoff, attempt, pttl), countPoll)
+		if subscribed {
+			d = countPoll
+			if pttl >= 0 {
+				d = min(pttl+time.Millisecond, countPoll)
+			}
+		}
 		var werr error
 		if w == nil {
 			werr = c.wait(ctx, l.key, d)

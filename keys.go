@@ -69,7 +69,7 @@ func (l *Lock) acquireOn(ctx context.Context, r doer) (int64, error) {
 // deleted, and reports 0.
 func (l *Lock) releaseOn(ctx context.Context, r doer) (int64, error) {
 	if k := l.counted(); k != nil {
-		return countReleaseScript.Run(ctx, r, k.keys[:5], l.value, graceArg).Int64()
+		return countReleaseScript.Run(ctx, r, k.keys[:5], l.value, graceArg, k.limit).Int64()
 	}
 	m := l.multi()
 	if m == nil {

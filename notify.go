@@ -43,11 +43,13 @@ type waiter struct {
 	turn       chan struct{} // we became the head of the queue
 	registered bool          // queued in Redis by the waiter ahead (see wait.lua); under the notifier's mu
 	obs        *Observer     // the waiting Lock's observer, or nil
+	all        bool          // a free waiter woken by every "released" (a shared hold), not only when named
 }
 
 // A keyQueue is the FIFO of one key's waiters, head first, and its free
-// waiters (semaphores and shared holds: not in turn, every release wakes
-// them all).
+// waiters (semaphores and shared holds), who wait in Redis's queue rather
+// than in turn here: a semaphore's release names the waiter that its
+// freed place goes to, and a "released" wakes every shared one.
 type keyQueue struct {
 	waiters    []*waiter
 	free       []*waiter
@@ -94,7 +96,7 @@ func (c *Client) enqueue(key, token string, obs *Observer) (*waiter, bool, error
 }
 
 // enqueueFree adds a free waiter for key (see keyQueue).
-func (c *Client) enqueueFree(key, token string) (*waiter, bool, error) {
+func (c *Client) enqueueFree(key, token string, all bool) (*waiter, bool, error) {
 	n := &c.notify
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -109,7 +111,7 @@ func (c *Client) enqueueFree(key, token string) (*waiter, bool, error) {
 		q = &keyQueue{}
 		n.queues[key] = q
 	}
-	w := &waiter{key: key, token: token, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
+	w := &waiter{key: key, token: token, all: all, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
 	q.free = append(q.free, w)
 	return w, true, nil
 }
@@ -175,7 +177,9 @@ func (n *notifier) released(key, msg string) {
 		return
 	}
 	for _, w := range q.free {
-		signal(w.wake) // any release may free a place
+		if w.token == msg || w.all && msg == releasedMsg {
+			signal(w.wake)
+		}
 	}
 	if len(q.waiters) == 0 {
 		return

@@ -70,6 +70,30 @@ func (p padlockLocker) lock(ctx context.Context, key string, ttl time.Duration) 
 	return l.Release, nil
 }
 
+// padlockSemaphore: one of limit places of a padlock semaphore
+// (WithLimit); only padlock has them.
+type padlockSemaphore struct {
+	c     *padlock.Client
+	limit int
+}
+
+func (p padlockSemaphore) String() string { return fmt.Sprintf("padlock WithLimit(%d)", p.limit) }
+func (p padlockSemaphore) close()         { _ = p.c.Close() }
+func (p padlockSemaphore) try(ctx context.Context, key string, ttl time.Duration) (func(context.Context) error, error) {
+	l, err := p.c.TryAcquire(ctx, key, ttl, padlock.WithLimit(p.limit))
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}
+func (p padlockSemaphore) lock(ctx context.Context, key string, ttl time.Duration) (func(context.Context) error, error) {
+	l, err := p.c.Acquire(ctx, key, ttl, padlock.WithLimit(p.limit))
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}
+
 // bsm/redislock: polls every pollEvery while it waits.
 type redislockLocker struct{ c *redislock.Client }
 

@@ -30,13 +30,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/padlock-go/padlock"
 	"github.com/padlock-go/padlock/internal/redistest"
 )
 
 var (
 	duration = flag.Duration("duration", 3*time.Second, "time each implementation runs in each scenario, over all rounds")
 	rounds   = flag.Int("rounds", 3, "turns each implementation takes per scenario")
-	scenario = flag.String("scenario", "all", "uncontended, contended, procs, leases, or all")
+	scenario = flag.String("scenario", "all", "uncontended, contended, procs, leases, semaphore, or all")
 	only     = flag.String("impl", "", "run only this implementation (padlock, redislock, redsync, go-redis-floor)")
 
 	// Flags for the child processes of the procs scenario.
@@ -74,6 +75,36 @@ func main() {
 	run("contended", contended)
 	run("procs", procs)
 	run("leases", leases)
+	run("semaphore", semaphore)
+}
+
+// semaphore: 16 goroutines take turns in the 4 places of a padlock
+// semaphore, holding each for holdFor.
+func semaphore(addr string) {
+	const goroutines, places = 16, 4
+	s := &stats{}
+	for range *rounds {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+		cnt := &counter{}
+		rdb.AddHook(cnt)
+		l := padlockSemaphore{padlock.New(rdb), places}
+		start := time.Now()
+		cycles, waits := holdLoop(l, "bench:semaphore", goroutines, start.Add(*duration/time.Duration(*rounds)))
+		s.elapsed += time.Since(start)
+		s.cycles += cycles
+		s.trips += cnt.trips.Load()
+		s.waits = append(s.waits, waits...)
+		l.close()
+		_ = rdb.Close()
+	}
+	ideal := time.Duration(float64(goroutines) / s.perSec() * float64(time.Second))
+	fmt.Printf("## Semaphore: %d goroutines, %d places, %v hold\n\n", goroutines, places, holdFor)
+	fmt.Printf("The physical limit is %d places x 1/%v = %.0f cycles/s. FIFO ideal wait = goroutines / cycles per second.\n\n",
+		places, holdFor, float64(places)/holdFor.Seconds())
+	fmt.Println("| implementation | cycles/s | round trips/cycle | p50 wait ms | p99 wait ms | FIFO ideal ms | p99 / ideal |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Printf("| %s | %.0f | %.2f | %s | %s | %s | %.2f |\n\n", "padlock WithLimit(4)", s.perSec(), s.per(s.trips),
+		ms(s.pct(0.5)), ms(s.pct(0.99)), ms(ideal), float64(s.pct(0.99))/float64(ideal))
 }
 
 // quiet is a go-redis logger that drops everything.

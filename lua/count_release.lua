@@ -1,9 +1,11 @@
 -- count_release.lua: a holder of a semaphore or a shared hold leaves (see
 -- count.lua for the keys). ARGV[1] the value; ARGV[2] the hand-off grace
--- in ms.
--- A semaphore's release wakes its waiters, if any. The last shared holder
--- out hands the lock to the first exclusive waiter for the grace, naming
--- it, as release.lua does; with no exclusive waiter it wakes everyone.
+-- in ms; ARGV[3] the semaphore's limit (0 for a shared hold).
+-- A semaphore's release names the waiter its place now goes to: the one
+-- at the rank of the last free place (those ahead were named by earlier
+-- releases). The last shared holder out hands the lock to the first
+-- exclusive waiter for the grace, naming it, as release.lua does; with no
+-- exclusive waiter it wakes everyone.
 -- Returns 1 if the value was a holder, 0 if not (expired, or released).
 local MARKER = 'padlock:shared'
 local READERS = 4e15
@@ -31,7 +33,11 @@ local function publish(msg)
 end
 
 if not shared then
-  if redis.call('EXISTS', KEYS[3]) == 1 then publish('released') end
+  local free = tonumber(ARGV[3]) - left
+  if free > 0 then
+    local next = redis.call('ZRANGE', KEYS[3], free - 1, free - 1)
+    if next[1] then publish(next[1]) end
+  end
   return 1
 end
 if left > 0 then return 1 end
