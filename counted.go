@@ -77,9 +77,10 @@ var (
 
 // counting is what a semaphore's or shared hold's Lock carries.
 type counting struct {
-	limit any       // the limit as a script argument; 0 for a shared hold
-	keys  [6]string // see lua/count.lua; keys[5] is "" unless fenced
-	n     int       // the number of keys in use
+	shared bool      // a shared hold (WithShared), not a semaphore
+	limit  any       // the limit as a script argument; 0 for a shared hold
+	keys   [6]string // see lua/count.lua; keys[5] is "" unless fenced
+	n      int       // the number of keys in use
 }
 
 // newCounting checks the options of a semaphore or shared hold of l and
@@ -99,6 +100,7 @@ func (c *Client) newCounting(l *Lock, o options) error {
 	k.keys[0] = l.key
 	k.keys[1] = l.key
 	if o.shared {
+		k.shared = true
 		k.keys[1] = sideKey(l.key, "shared")
 	} else {
 		k.limit = o.limit
@@ -129,41 +131,13 @@ func (l *Lock) counted() *counting {
 // says whether the caller waits in the queue. It returns like attempt.
 func (c *Client) countAttempt(ctx context.Context, l *Lock, queued bool) (time.Duration, error) {
 	k := l.counted()
-	r, conn, err := l.writer(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if conn != nil {
-		defer conn.Close()
-	}
 	q := ""
 	if queued {
 		q = "1"
 	}
-	sent := time.Now()
-	reply, err := countScript.Run(ctx, r, k.keys[:k.n],
-		l.args[0], l.args[1], k.limit, l.tok(), q, waiterStaleArg, queueTTLArg).Slice()
-	if err == nil && len(reply) < 2 {
-		err = fmt.Errorf("unexpected reply %v", reply)
-	}
-	if err != nil {
-		if mayHaveRun(err) {
-			l.cleanup(ctx)
-		}
-		return 0, opError("acquire", l.key, err)
-	}
-	code, _ := reply[0].(int64)
-	n, _ := reply[1].(int64)
-	if code == 1 {
-		if conn != nil {
-			if err := l.replicated(ctx, conn); err != nil {
-				l.cleanup(ctx)
-				return 0, err
-			}
-		}
-		return -1, l.acquired(ctx, sent, n)
-	}
-	return time.Duration(n) * time.Millisecond, ErrNotAcquired
+	return l.attemptWith(ctx, func(r doer) *redis.Cmd {
+		return countScript.Run(ctx, r, k.keys[:k.n], l.args[0], l.args[1], k.limit, l.tok(), q, waiterStaleArg, queueTTLArg)
+	})
 }
 
 // countWaiting is Acquire for a semaphore or a shared hold: it queues in
@@ -173,7 +147,7 @@ func (c *Client) countWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 	k := l.counted()
 	var w *waiter
 	if o.notify {
-		if w, _, err = c.enqueueFree(l.key, l.tok(), k.limit == 0); err != nil {
+		if w, err = c.enqueueFree(l.key, l.tok(), k.shared); err != nil {
 			return nil, opError("acquire", l.key, err)
 		}
 		defer c.dequeue(w, err == nil)

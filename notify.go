@@ -76,32 +76,37 @@ type notifier struct {
 // enqueue adds a waiter for key at the tail of its queue. It reports
 // whether the waiter is the head (and so may attempt at once).
 func (c *Client) enqueue(key, token string, obs *Observer) (*waiter, bool, error) {
-	n := &c.notify
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		return nil, false, ErrClosed
-	}
-	if n.queues == nil {
-		n.queues = make(map[string]*keyQueue)
-	}
-	q := n.queues[key]
-	if q == nil {
-		q = &keyQueue{}
-		n.queues[key] = q
-	}
 	w := &waiter{key: key, token: token, obs: obs, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
+	q, err := c.queueFor(key)
+	if err != nil {
+		return nil, false, err
+	}
+	defer c.notify.mu.Unlock()
 	q.waiters = append(q.waiters, w)
 	return w, len(q.waiters) == 1, nil
 }
 
-// enqueueFree adds a free waiter for key (see keyQueue).
-func (c *Client) enqueueFree(key, token string, all bool) (*waiter, bool, error) {
+// enqueueFree adds a free waiter for key (see keyQueue); all says whether
+// every "released" wakes it.
+func (c *Client) enqueueFree(key, token string, all bool) (*waiter, error) {
+	w := &waiter{key: key, token: token, all: all, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
+	q, err := c.queueFor(key)
+	if err != nil {
+		return nil, err
+	}
+	defer c.notify.mu.Unlock()
+	q.free = append(q.free, w)
+	return w, nil
+}
+
+// queueFor returns key's queue, made if needed, with the notifier's mu
+// held for the caller to unlock; or ErrClosed, with it unlocked.
+func (c *Client) queueFor(key string) (*keyQueue, error) {
 	n := &c.notify
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.closed {
-		return nil, false, ErrClosed
+		n.mu.Unlock()
+		return nil, ErrClosed
 	}
 	if n.queues == nil {
 		n.queues = make(map[string]*keyQueue)
@@ -111,9 +116,7 @@ func (c *Client) enqueueFree(key, token string, all bool) (*waiter, bool, error)
 		q = &keyQueue{}
 		n.queues[key] = q
 	}
-	w := &waiter{key: key, token: token, all: all, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
-	q.free = append(q.free, w)
-	return w, true, nil
+	return q, nil
 }
 
 // dequeue removes w from its queue. If w was the head, the next waiter

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A Backoff says how long to wait before the next attempt, given how many
@@ -189,6 +191,18 @@ func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor *waiter) (t
 	if successor != nil {
 		next = successor.token
 	}
+	return l.attemptWith(ctx, func(r doer) *redis.Cmd {
+		return waitScript.Run(ctx, r, l.waitKeys(), l.args[0], l.args[1], l.tok(), next, queueTTL.Milliseconds())
+	})
+}
+
+// attemptWith runs one acquire attempt of l through run, a script that
+// replies {1, fence} when l is acquired and {0, ms} when not (wait.lua,
+// count.lua), on l's writer. It returns like attempt: on success it
+// records the acquire (waiting for replicas with WithReplicas); when not
+// acquired, ErrNotAcquired and the script's ms. When the outcome is
+// unknown (a lost reply) it releases what it may have taken.
+func (l *Lock) attemptWith(ctx context.Context, run func(r doer) *redis.Cmd) (time.Duration, error) {
 	r, conn, err := l.writer(ctx)
 	if err != nil {
 		return 0, err
@@ -197,8 +211,7 @@ func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor *waiter) (t
 		defer conn.Close()
 	}
 	sent := time.Now()
-	reply, err := waitScript.Run(ctx, r, l.waitKeys(),
-		l.args[0], l.args[1], l.tok(), next, queueTTL.Milliseconds()).Slice()
+	reply, err := run(r).Slice()
 	if err == nil && len(reply) < 2 {
 		err = fmt.Errorf("unexpected reply %v", reply)
 	}
