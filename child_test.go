@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -192,7 +193,7 @@ func (ch *child) send(t *testing.T, command string) {
 // linOp is one operation of the linearizability workload, as a child
 // reports it: a read of the register, or a write of To after reading From.
 type linOp struct {
-	Kind   string `json:"kind"` // "read" or "write"
+	Kind   string `json:"kind"` // "read" or "write"; for a semaphore also "acquire", "release", "end"
 	Client int    `json:"client"`
 	Call   int64  `json:"call"`
 	Return int64  `json:"return"`
@@ -200,6 +201,7 @@ type linOp struct {
 	From   int64  `json:"from,omitempty"`  // write
 	To     int64  `json:"to,omitempty"`    // write
 	Result string `json:"result,omitempty"`
+	Fence  int64  `json:"fence,omitempty"` // acquire, release, end
 }
 
 // linChild runs the linearizability workload's goroutines until
@@ -209,6 +211,7 @@ type linOp struct {
 func linChild(c *padlock.Client, rdb *redis.Client) error {
 	key, reg := childEnv("KEY"), childEnv("REG")
 	fenced := childEnv("FENCED") == "1"
+	limit, _ := strconv.Atoi(childEnv("LIMIT"))
 	goroutines, _ := strconv.Atoi(childEnv("GOROUTINES"))
 	id, _ := strconv.Atoi(childEnv("ID"))
 	ttl := childDuration("TTL")
@@ -217,6 +220,16 @@ func linChild(c *padlock.Client, rdb *redis.Client) error {
 	if fenced {
 		opts = append(opts, padlock.WithFencing())
 	}
+	if limit > 0 {
+		opts = append(opts, padlock.WithLimit(limit))
+	}
+	// The semaphore's store is written without go-redis's retries: a
+	// write whose reply was lost and that was sent again could find a
+	// higher fence by then (another holder runs at the same time) and be
+	// reported rejected although it was applied. Without retries it is
+	// reported unknown.
+	store := redis.NewClient(&redis.Options{Addr: os.Getenv("PADLOCK_CHILD_ADDR"), ReadTimeout: time.Second, MaxRetries: -1})
+	defer store.Close()
 	var mu sync.Mutex
 	out := json.NewEncoder(os.Stdout)
 	emit := func(op linOp) {
@@ -230,20 +243,91 @@ func linChild(c *padlock.Client, rdb *redis.Client) error {
 		wg.Go(func() {
 			for time.Now().Before(stopAt) {
 				ctx, cancel := context.WithDeadline(context.Background(), stopAt)
+				call := time.Now().UnixNano()
 				l, err := c.Acquire(ctx, key, ttl, opts...)
 				cancel()
 				if err != nil {
 					continue
 				}
+				if limit > 0 {
+					emit(linOp{Kind: "acquire", Client: client, Call: call, Return: time.Now().UnixNano(), Fence: l.Fence()})
+				}
 				kctx, stop := l.KeepAlive(context.Background())
-				linSection(kctx, rdb, reg, l.Fence(), client, emit)
+				if limit > 0 {
+					semSection(kctx, store, reg, l.Fence(), client, emit)
+				} else {
+					linSection(kctx, rdb, reg, l.Fence(), client, emit)
+				}
 				stop()
-				_ = l.Release(context.Background())
+				lost := errors.Is(context.Cause(kctx), padlock.ErrLost)
+				call = time.Now().UnixNano()
+				err = l.Release(context.Background())
+				if limit == 0 {
+					continue
+				}
+				// How the place ended, for the model of the holders: a
+				// release; or an expiry, at or after the lock's local
+				// deadline (Redis's expiry is never earlier) and before we
+				// learned of it; or, when Release could not reach Redis, at
+				// any time after it was called.
+				op := linOp{Kind: "end", Client: client, Return: time.Now().UnixNano(), Fence: l.Fence()}
+				switch {
+				case lost || errors.Is(err, padlock.ErrNotHeld):
+					op.Call = min(l.Deadline().UnixNano(), op.Return)
+				case err == nil:
+					op.Kind, op.Call = "release", call
+				default:
+					op.Call, op.Return = call, math.MaxInt64
+				}
+				emit(op)
 			}
 		})
 	}
 	wg.Wait()
 	return nil
+}
+
+// semStore is the store of the semaphore workload: a register that
+// remembers the highest fence that read or wrote it (KEYS[1], a hash). A
+// read (ARGV[1] = "read") raises that fence to the reader's ARGV[2] and
+// returns the value; a write of ARGV[3] is applied only if no higher fence
+// has read or written since, and returns 1, else 0. Accepted writes are
+// then linearizable however many holders run at once, as long as fences
+// are unique: two holders with one fence could both write on the same
+// read, which the register model catches.
+var semStore = redis.NewScript(`
+local top = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+local f = tonumber(ARGV[2])
+if ARGV[1] == 'read' then
+  if f > top then redis.call('HSET', KEYS[1], 'fence', f) end
+  return tonumber(redis.call('HGET', KEYS[1], 'value') or '0')
+end
+if f < top then return 0 end
+redis.call('HSET', KEYS[1], 'fence', f, 'value', ARGV[3])
+return 1`)
+
+// semSection is one critical section of the semaphore workload: a fenced
+// read, then a fenced write of the value plus one.
+func semSection(_ context.Context, rdb *redis.Client, reg string, fence int64, client int, emit func(linOp)) {
+	call := time.Now().UnixNano()
+	v, err := semStore.Run(context.Background(), rdb, []string{reg}, "read", fence).Int64()
+	if err != nil {
+		return
+	}
+	emit(linOp{Kind: "read", Client: client, Call: call, Return: time.Now().UnixNano(), Value: v})
+	time.Sleep(20 * time.Millisecond) // long enough for the nemesis to pause holders, not only waiters
+	op := linOp{Kind: "write", Client: client, Call: time.Now().UnixNano(), From: v, To: v + 1}
+	ok, err := semStore.Run(context.Background(), rdb, []string{reg}, "write", fence, v+1).Bool()
+	op.Return = time.Now().UnixNano()
+	switch {
+	case err != nil:
+		op.Result = "unknown"
+	case ok:
+		op.Result = "ok"
+	default:
+		op.Result = "rejected"
+	}
+	emit(op)
 }
 
 // linSection is one critical section: read, then write plus one.
