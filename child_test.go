@@ -266,14 +266,17 @@ func linChild(c *padlock.Client, rdb *redis.Client) error {
 					continue
 				}
 				// How the place ended, for the model of the holders: a
-				// release; or an expiry, at or after the lock's local
-				// deadline (Redis's expiry is never earlier) and before we
-				// learned of it; or, when Release could not reach Redis, at
-				// any time after it was called.
+				// release; or, when it was not held any more, before we
+				// learned of that, and after either its local deadline
+				// (Redis never expires it earlier) or the call of our
+				// Release (whose first attempt may have removed it, its
+				// reply lost and the retry finding it gone); or, when
+				// Release could not reach Redis, at any time after it was
+				// called.
 				op := linOp{Kind: "end", Client: client, Return: time.Now().UnixNano(), Fence: l.Fence()}
 				switch {
 				case lost || errors.Is(err, padlock.ErrNotHeld):
-					op.Call = min(l.Deadline().UnixNano(), op.Return)
+					op.Call = min(l.Deadline().UnixNano(), call)
 				case err == nil:
 					op.Kind, op.Call = "release", call
 				default:

@@ -2,7 +2,6 @@ package padlockotel_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -226,55 +225,41 @@ func TestWithKeyAttribute(t *testing.T) {
 	assert.Zero(t, tm.sum(t, "padlock.held", order))
 }
 
-// Every kind of Client reports: a Redlock and a multi-key lock.
-func TestRedlockAndMultiKey(t *testing.T) {
+// Every kind of Client reports: a Cluster, a Redlock, and a multi-key lock.
+func TestEveryKindOfClient(t *testing.T) {
 	tm := newTelemetry(t)
 	var nodes []redis.UniversalClient
 	for range 3 {
 		nodes = append(nodes, redistest.Start(t).Client())
 	}
+	cluster := redistest.StartCluster(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cluster.Addr()}})
+	defer cc.Close()
+
+	ctx := t.Context()
+	cycle := func(l *padlock.Lock, err error) {
+		t.Helper()
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
+	cc1 := padlock.New(cc, tm.instrument())
+	defer cc1.Close()
+	cycle(cc1.TryAcquire(ctx, "lock:c", time.Second))
 	rl := padlock.NewRedlock(nodes, tm.instrument())
 	defer rl.Close()
-	l, err := rl.TryAcquire(t.Context(), "lock:r", time.Second)
-	require.NoError(t, err)
-	require.NoError(t, l.Release(t.Context()))
-	m, err := padlock.New(nodes[0], tm.instrument()).TryAcquireMany(t.Context(), []string{"lock:{m}:1", "lock:{m}:2"}, time.Second)
-	require.NoError(t, err)
-	require.NoError(t, m.Release(t.Context()))
-	assert.Equal(t, uint64(2), tm.histogram(t, "padlock.acquire.duration", outcome("acquired")).Count)
-	assert.Equal(t, uint64(2), tm.histogram(t, "padlock.hold.duration").Count)
-	assert.Zero(t, tm.sum(t, "padlock.held"))
-	assert.False(t, errors.Is(err, padlock.ErrNotAcquired))
-}
+	cycle(rl.TryAcquire(ctx, "lock:r", time.Second))
+	cycle(padlock.New(nodes[0], tm.instrument()).TryAcquireMany(ctx, []string{"lock:{m}:1", "lock:{m}:2"}, time.Second))
+	sem := padlock.New(nodes[1], tm.instrument())
+	cycle(sem.TryAcquire(ctx, "lock:s", time.Second, padlock.WithLimit(2)))
 
-// TryAcquire + Release on a real redis-server, without and with
-// instrumentation (an SDK meter and tracer provider that keep everything).
-func BenchmarkTryAcquireRelease(b *testing.B) {
-	srv := redistest.Start(b)
-	for _, instrumented := range []bool{false, true} {
-		name := "plain"
-		var opts []padlock.Option
-		if instrumented {
-			name = "instrumented"
-			reader := sdkmetric.NewManualReader()
-			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder()))
-			b.Cleanup(func() { _ = mp.Shutdown(context.Background()); _ = tp.Shutdown(context.Background()) })
-			opts = append(opts, padlockotel.Instrument(padlockotel.WithMeterProvider(mp), padlockotel.WithTracerProvider(tp)))
+	assert.Equal(t, uint64(4), tm.histogram(t, "padlock.acquire.duration", outcome("acquired")).Count)
+	assert.Equal(t, uint64(4), tm.histogram(t, "padlock.hold.duration").Count)
+	assert.Zero(t, tm.sum(t, "padlock.held"))
+	var released int
+	for _, s := range tm.spans.Ended() {
+		if s.Name() == "padlock.release" {
+			released++
 		}
-		b.Run(name, func(b *testing.B) {
-			c := padlock.New(srv.Client(), opts...)
-			ctx := context.Background()
-			b.ReportAllocs()
-			for b.Loop() {
-				l, err := c.TryAcquire(ctx, "lock:bench", time.Second)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := l.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
 	}
+	assert.Equal(t, 4, released)
 }
