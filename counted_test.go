@@ -156,7 +156,7 @@ func TestSemaphoreWaiterWokenByRelease(t *testing.T) {
 				assert.NoError(t, l.Release(e.ctx))
 			}
 		}()
-		defer func() { <-done }()
+
 		time.Sleep(time.Duration(200+round*150) * time.Millisecond)
 		released := time.Now()
 		require.NoError(t, held.Release(e.ctx))
@@ -166,6 +166,7 @@ func TestSemaphoreWaiterWokenByRelease(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the waiter did not get the place")
 		}
+		<-done // it has released its place
 	}
 }
 
