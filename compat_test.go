@@ -388,34 +388,27 @@ func onlyKeysBeginningWithTheLock(t *testing.T, s *matrixServer) {
 	time.Sleep(400 * time.Millisecond)
 	stop()
 	require.NoError(t, w.Release(ctx))
-	// A waiter that gives up leaves the queue.
-	l, err = a.TryAcquire(ctx, key, 10*time.Second)
-	require.NoError(t, err)
-	gctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err = b.Acquire(gctx, key, time.Second)
-	cancel()
-	require.ErrorIs(t, err, padlock.ErrNotAcquired)
-	require.NoError(t, l.Release(ctx))
-	// A semaphore, with a waiter that gives up.
-	sem := key + ":sem"
-	h, err := a.TryAcquire(ctx, sem, time.Second, padlock.WithLimit(1), padlock.WithFencing())
-	require.NoError(t, err)
-	gctx, cancel = context.WithTimeout(ctx, 150*time.Millisecond)
-	_, err = b.Acquire(gctx, sem, time.Second, padlock.WithLimit(1))
-	cancel()
-	require.ErrorIs(t, err, padlock.ErrNotAcquired)
-	require.NoError(t, h.Extend(ctx, 2*time.Second))
-	require.NoError(t, h.Release(ctx))
-	// A shared hold, with an exclusive waiter that gives up.
-	rw := key + ":rw"
-	h, err = a.TryAcquire(ctx, rw, time.Second, padlock.WithShared(), padlock.WithFencing())
-	require.NoError(t, err)
-	gctx, cancel = context.WithTimeout(ctx, 150*time.Millisecond)
-	_, err = b.Acquire(gctx, rw, time.Second)
-	cancel()
-	require.ErrorIs(t, err, padlock.ErrNotAcquired)
-	require.NoError(t, h.Extend(ctx, 2*time.Second))
-	require.NoError(t, h.Release(ctx))
+	// A holder, and a waiter in the other client that gives up (and leaves
+	// the queue): a lock, a semaphore, and a shared hold with an exclusive
+	// waiter.
+	sem, rw := key+":sem", key+":rw"
+	for _, tt := range []struct {
+		key            string
+		holder, waiter []padlock.Option
+	}{
+		{key, nil, nil},
+		{sem, []padlock.Option{padlock.WithLimit(1), padlock.WithFencing()}, []padlock.Option{padlock.WithLimit(1)}},
+		{rw, []padlock.Option{padlock.WithShared(), padlock.WithFencing()}, nil},
+	} {
+		h, err := a.TryAcquire(ctx, tt.key, time.Second, tt.holder...)
+		require.NoError(t, err, tt.key)
+		gctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+		_, err = b.Acquire(gctx, tt.key, time.Second, tt.waiter...)
+		cancel()
+		require.ErrorIs(t, err, padlock.ErrNotAcquired, tt.key)
+		require.NoError(t, h.Extend(ctx, 2*time.Second), tt.key)
+		require.NoError(t, h.Release(ctx), tt.key)
+	}
 	m, err := a.TryAcquireMany(ctx, []string{key + "{m}:1", key + "{m}:2"}, time.Second)
 	require.NoError(t, err)
 	require.NoError(t, m.Extend(ctx, 2*time.Second))

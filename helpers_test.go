@@ -81,12 +81,13 @@ func newEnv(t testing.TB, addr string, mr *miniredis.Miniredis, srv *redistest.S
 	e := &env{mr: mr, srv: srv, n: &counter{}, t: t, ctx: t.Context()}
 	e.rdb = redis.NewClient(&redis.Options{Addr: addr})
 	e.raw = redis.NewClient(&redis.Options{Addr: addr})
+	e.rdb.AddHook(e.n)
+	e.c = padlock.New(e.rdb, opts...)
 	t.Cleanup(func() {
+		_ = e.c.Close() // ends keep-alives and abandons pending release retries
 		_ = e.rdb.Close()
 		_ = e.raw.Close()
 	})
-	e.rdb.AddHook(e.n)
-	e.c = padlock.New(e.rdb, opts...)
 	e.key = "lock:" + t.Name()
 	return e
 }

@@ -651,8 +651,12 @@ func (l *Lock) markReleased() {
 // sending again: Redis could not be reached or answer (a network error, a
 // timeout), or answered that it cannot serve now (loading its data after a
 // restart, a cluster or failover in progress). An error reply of any other
-// kind (a refused permission, say) would fail again.
+// kind (a refused permission, say) would fail again, as would anything sent
+// through a go-redis client that was closed.
 func retryable(err error) bool {
+	if errors.Is(err, redis.ErrClosed) {
+		return false // the go-redis client was closed: no retry can land
+	}
 	if !isRedisError(err) {
 		return true
 	}

@@ -278,3 +278,21 @@ func TestPendingReleasesShareOneGoroutine(t *testing.T) {
 	assert.LessOrEqual(t, runtime.NumGoroutine()-before, 3, "goroutines for %d pending releases", n)
 	require.NoError(t, c.Close())
 }
+
+// A pending release retry ends when its go-redis client is closed (no
+// retry can land through it), so the Client's goroutine exits without a
+// Close.
+func TestPendingReleaseEndsWithItsRedisClient(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	c := padlock.New(rdb)
+	l, err := c.TryAcquire(t.Context(), "lock:"+t.Name(), time.Minute)
+	require.NoError(t, err)
+	srv.Stop()
+	require.Error(t, l.Release(t.Context()))
+	require.NoError(t, rdb.Close())
+	// goleak waits for the scheduler's goroutine: its next retry (within
+	// a second) finds the client closed and gives up.
+}
