@@ -441,6 +441,7 @@ type Lock struct {
 	sent      time.Time     // when that acquire or extend was sent (monotonic)
 	released  bool          // Release succeeded, or found the lock not held
 	noRenew   bool          // Release was called: no keep-alive may start
+	retrying  bool          // a release of it was handed to the scheduler to retry
 	lost      error         // why the lock was lost, once it was
 	lease     *lease        // in the Client's scheduler while kept alive
 	regs      []*keepAlive  // the active KeepAlive calls
@@ -616,6 +617,9 @@ func (l *Lock) releaseLock(ctx context.Context) error {
 	}
 	if err != nil {
 		if retryable(err) {
+			l.mu.Lock()
+			l.retrying = true
+			l.mu.Unlock()
 			l.c.sched.retryRelease(l, deadline)
 		}
 		return opError("release", l.key, err)
@@ -642,8 +646,11 @@ const releaseTimeout = 2 * time.Second
 func (l *Lock) markReleased() {
 	l.mu.Lock()
 	l.released = true
+	retrying := l.retrying
 	l.mu.Unlock()
-	l.c.sched.dropRelease(l)
+	if retrying {
+		l.c.sched.dropRelease(l)
+	}
 	l.holdEnded(false, nil)
 }
 
