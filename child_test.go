@@ -319,8 +319,16 @@ func semSection(_ context.Context, rdb *redis.Client, reg string, fence int64, c
 	}
 	emit(linOp{Kind: "read", Client: client, Call: call, Return: time.Now().UnixNano(), Value: v})
 	time.Sleep(20 * time.Millisecond) // long enough for the nemesis to pause holders, not only waiters
+	emit(writeOp(client, v, func() (bool, error) {
+		return semStore.Run(context.Background(), rdb, []string{reg}, "write", fence, v+1).Bool()
+	}))
+}
+
+// writeOp runs write, the write of v+1 over v, and returns it as an
+// operation: applied ("ok"), "rejected" as stale, or "unknown" on an error.
+func writeOp(client int, v int64, write func() (bool, error)) linOp {
 	op := linOp{Kind: "write", Client: client, Call: time.Now().UnixNano(), From: v, To: v + 1}
-	ok, err := semStore.Run(context.Background(), rdb, []string{reg}, "write", fence, v+1).Bool()
+	ok, err := write()
 	op.Return = time.Now().UnixNano()
 	switch {
 	case err != nil:
@@ -330,7 +338,7 @@ func semSection(_ context.Context, rdb *redis.Client, reg string, fence int64, c
 	default:
 		op.Result = "rejected"
 	}
-	emit(op)
+	return op
 }
 
 // linSection is one critical section: read, then write plus one.
@@ -347,16 +355,7 @@ func linSection(ctx context.Context, rdb *redis.Client, reg string, fence int64,
 	// write would.
 	time.Sleep(500 * time.Microsecond)
 	_ = ctx
-	op := linOp{Kind: "write", Client: client, Call: time.Now().UnixNano(), From: v, To: v + 1}
-	ok, err := fencedWrite.Run(context.Background(), rdb, []string{reg}, fence, v+1).Bool()
-	op.Return = time.Now().UnixNano()
-	switch {
-	case err != nil:
-		op.Result = "unknown"
-	case ok:
-		op.Result = "ok"
-	default:
-		op.Result = "rejected"
-	}
-	emit(op)
+	emit(writeOp(client, v, func() (bool, error) {
+		return fencedWrite.Run(context.Background(), rdb, []string{reg}, fence, v+1).Bool()
+	}))
 }

@@ -179,7 +179,7 @@ func TestLinearizableSemaphoreUnderFaults(t *testing.T) {
 	if !longRun() {
 		t.Parallel() // the long run has the machine to itself: its count of operations is asserted
 	}
-	runFor, minOps := 5*time.Second, 300
+	runFor, minOps := 5*time.Second, 200
 	if longRun() {
 		runFor, minOps = 20*time.Second, 1000
 	}
