@@ -80,7 +80,15 @@ type counting struct {
 	shared bool      // a shared hold (WithShared), not a semaphore
 	limit  any       // the limit as a script argument; 0 for a shared hold
 	keys   [6]string // see lua/count.lua; keys[5] is "" unless fenced
-	n      int       // the number of keys in use
+}
+
+// scriptKeys are the keys count.lua takes: the fencing counter only when
+// fenced.
+func (k *counting) scriptKeys() []string {
+	if k.keys[5] == "" {
+		return k.keys[:5]
+	}
+	return k.keys[:]
 }
 
 // newCounting checks the options of a semaphore or shared hold of l and
@@ -96,7 +104,7 @@ func (c *Client) newCounting(l *Lock, o options) error {
 	case !queueable(l.key):
 		return fmt.Errorf("%w: WithLimit and WithShared need a key with a hash tag or without braces, got %q", ErrInvalid, l.key)
 	}
-	k := &counting{limit: 0, n: 5}
+	k := &counting{limit: 0}
 	k.keys[0] = l.key
 	k.keys[1] = l.key
 	if o.shared {
@@ -110,7 +118,6 @@ func (c *Client) newCounting(l *Lock, o options) error {
 	k.keys[4] = sideKey(l.key, "fences")
 	if o.fencing {
 		k.keys[5] = sideKey(l.key, "fence")
-		k.n = 6
 	}
 	if l.x == nil {
 		l.x = &lockExtra{}
@@ -136,7 +143,7 @@ func (c *Client) countAttempt(ctx context.Context, l *Lock, queued bool) (time.D
 		q = "1"
 	}
 	return l.attemptWith(ctx, func(r doer) *redis.Cmd {
-		return countScript.Run(ctx, r, k.keys[:k.n], l.args[0], l.args[1], k.limit, l.tok(), q, waiterStaleArg, queueTTLArg)
+		return countScript.Run(ctx, r, k.scriptKeys(), l.args[0], l.args[1], k.limit, l.tok(), q, waiterStaleArg, queueTTLArg)
 	})
 }
 

@@ -355,15 +355,17 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	defer cancel()
 	sent := time.Now()
 	cmds := s.extendAll(ctx, rdb, locked, ttls)
-	var noscript bool
-	for _, cmd := range cmds {
+	// A flushed or restarted server: load the scripts that were missing,
+	// and try again.
+	missing := map[string]luaScript{}
+	for i, cmd := range cmds {
 		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			noscript = true
+			script, _ := locked[i].l.extendCall()
+			missing[script.Hash()] = script
 		}
 	}
-	if noscript {
-		// A flushed or restarted server: load the scripts, and try again.
-		for _, script := range []luaScript{extendScript, extendManyScript, countExtendScript} {
+	if len(missing) > 0 {
+		for _, script := range missing {
 			_ = script.Load(ctx, rdb).Err()
 		}
 		sent = time.Now()
