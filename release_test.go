@@ -317,3 +317,20 @@ func TestPendingReleaseEndsWithItsRedisClient(t *testing.T) {
 	// goleak waits for the scheduler's goroutine: its next retry (within
 	// a second) finds the client closed and gives up.
 }
+
+// Extend and TTL still honour their context (the caller asked a question:
+// an ended ctx ends it), unlike Release.
+func TestExtendAndTTLHonourAnEndedContext(t *testing.T) {
+	e := newReal(t, nil)
+	l, err := e.c.TryAcquire(e.ctx, e.key, 10*time.Second)
+	require.NoError(t, err)
+	ended, cancel := context.WithCancel(e.ctx)
+	cancel()
+	e.n.reset()
+	require.ErrorIs(t, l.Extend(ended, time.Minute), context.Canceled)
+	_, err = l.TTL(ended)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.LessOrEqual(t, e.pttl(e.key), 10*time.Second, "not extended")
+	require.NoError(t, l.Release(ended), "Release ignores the cancellation")
+	assert.Empty(t, e.get(e.key))
+}
