@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,9 +42,18 @@ type waiter struct {
 	token      string        // the waiting Lock's token: a release may name it
 	wake       chan struct{} // a release was announced, or the head before us gave up: attempt now
 	turn       chan struct{} // we became the head of the queue
-	registered bool          // queued in Redis by the waiter ahead (see wait.lua); under the notifier's mu
+	registered bool          // queued in Redis (see handoff.go); under the notifier's mu
 	obs        *Observer     // the waiting Lock's observer, or nil
 	all        bool          // a free waiter woken by every "released" (a shared hold), not only when named
+
+	// A waiter that a release may hand the lock to (see handoff.go); the
+	// fields below are under the notifier's mu.
+	handing   bool
+	fenced    bool
+	hand      chan handoff // the lock was handed to it
+	value     string       // the waiting Lock's value
+	args      [4]any       // its registration, as script arguments
+	firstSent time.Time    // when a call that queues it in Redis was first sent
 }
 
 // A keyQueue is the FIFO of one key's waiters, head first, and its free
@@ -54,6 +64,9 @@ type keyQueue struct {
 	waiters    []*waiter
 	free       []*waiter
 	subscribed bool // its channel is subscribed (or being subscribed)
+
+	holder      *Lock     // a Lock of this Client handed the key by a waiter, until released
+	holderUntil time.Time // and its deadline
 }
 
 // A subscriber is one pub/sub connection and the goroutine reading it.
@@ -71,6 +84,7 @@ type notifier struct {
 	queues  map[string]*keyQueue
 	subs    map[string]*subscriber // by routing group, see group
 	sharded int                    // 0 unknown, 1 sharded pub/sub works, -1 it does not
+	handing atomic.Int64           // waiters with handing set, in the queues: when 0, a release looks no further
 }
 
 // enqueue adds a waiter for key at the tail of its queue. It reports
@@ -135,6 +149,9 @@ func (c *Client) dequeue(w *waiter, acquired bool) {
 	for i, x := range q.waiters {
 		if x == w {
 			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			if w.handing {
+				n.handing.Add(-1)
+			}
 			break
 		}
 	}
@@ -191,6 +208,10 @@ func (n *notifier) released(key, msg string) {
 		signal(q.waiters[0].wake)
 		return
 	}
+	if tok, fence, ok := parseHandoff(msg); ok {
+		n.deliverLocked(key, tok, handoff{fence: fence}, true)
+		return
+	}
 	for _, w := range q.waiters {
 		if w.token == msg {
 			signal(w.wake)
@@ -200,25 +221,6 @@ func (n *notifier) released(key, msg string) {
 			return
 		}
 	}
-}
-
-// successor returns the waiter behind w in its queue, if w is the head, or
-// nil.
-func (c *Client) successor(w *waiter) *waiter {
-	n := &c.notify
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if q := n.queues[w.key]; q != nil && len(q.waiters) > 1 && q.waiters[0] == w {
-		return q.waiters[1]
-	}
-	return nil
-}
-
-// registered records that a successful attempt queued w in Redis.
-func (c *Client) registered(w *waiter) {
-	c.notify.mu.Lock()
-	w.registered = true
-	c.notify.mu.Unlock()
 }
 
 // subscribe makes sure key's channel is subscribed, and for a new
