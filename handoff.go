@@ -39,6 +39,12 @@ const (
 	renewEvery = time.Second
 )
 
+// minFallback is the shortest wait of a queued waiter's timer with
+// notifications on: a release hands the lock over by itself, so the timer
+// is for lost notifications and dead holders only, and need not poll as
+// fast as a short backoff would.
+const minFallback = 50 * time.Millisecond
+
 // goneLife is how long Redis remembers that a token took the lock, so that
 // a call sent before, which would queue it again, is ignored when it runs
 // (see lua/handoff.lua): longer than go-redis's default timeouts let a
@@ -134,7 +140,11 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 		var timer <-chan time.Time
 		var t *time.Timer
 		if driver {
-			t = time.NewTimer(min(waitTime(o.backoff, attempt, pttl), renewEvery))
+			d := min(waitTime(o.backoff, attempt, pttl), renewEvery)
+			if o.notify {
+				d = max(d, minFallback)
+			}
+			t = time.NewTimer(d)
 			timer = t.C
 		}
 		select {
@@ -294,8 +304,8 @@ func (c *Client) enqueueHand(l *Lock) (w *waiter, head, holder bool, err error) 
 // setLock copies what the scripts need of l into w. Under the notifier's
 // mu, or before w is shared.
 func (w *waiter) setLock(l *Lock) {
-	w.token, w.value = l.tok(), l.value
-	w.args = [4]any{w.token, l.args[1], fencedArgs[b2i(w.fenced)], l.args[0]}
+	w.lock, w.token, w.value, w.ttl = l, l.tok(), l.value, l.ttl
+	w.args = [5]any{w.token, l.args[1], fencedArgs[b2i(w.fenced)], l.c.notify.id, l.args[0]}
 }
 
 // registrations returns the arguments that queue key's waiters in Redis
@@ -403,6 +413,10 @@ func (n *notifier) deliverLocked(key, tok string, h handoff, first bool) {
 		}
 		q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
 		n.handing.Add(-1)
+		if !h.base.IsZero() {
+			// Waiters arriving now are queued by its release.
+			q.holder, q.holderUntil = w.lock, h.base.Add(w.ttl-drift(w.ttl))
+		}
 		if i == 0 && len(q.waiters) > 0 {
 			signal(q.waiters[0].turn)
 		}
@@ -415,6 +429,27 @@ func (n *notifier) deliverLocked(key, tok string, h handoff, first bool) {
 		}
 		return
 	}
+}
+
+// clientIDLen is the length of a Client's name in registrations.
+const clientIDLen = 8
+
+// handChannel is the channel on which a release tells the Client named id
+// that it handed key to one of its waiters: a side key's name (see
+// sideKey), so that it shares key's Cluster slot and ACL prefix. Only that
+// Client listens, so other clients waiting for the key are not woken.
+func handChannel(key, id string) string {
+	return sideKey(key, "to:"+id)
+}
+
+// channels are the channels a Client listens on for key: the key's own
+// (releases announced to all) and, when its waiters queue in Redis, its
+// hand-off channel.
+func (c *Client) channels(key string) []string {
+	if c.nodes != nil || !queueable(key) {
+		return []string{key}
+	}
+	return []string{key, handChannel(key, c.notify.id)}
 }
 
 // parseHandoff parses a notification of a direct hand-off, "<token>

@@ -51,6 +51,7 @@ type Client struct {
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{opts: defaultOptions().with(opts), wait: sleep}
 	c.sched.c = c
+	c.notify.id = newToken()[:clientIDLen]
 	if !isNil(rdb) {
 		c.rdb = rdb
 	}

@@ -50,9 +50,11 @@ type waiter struct {
 	// fields below are under the notifier's mu.
 	handing   bool
 	fenced    bool
+	lock      *Lock        // the waiting Lock (compared, not read)
+	ttl       time.Duration
 	hand      chan handoff // the lock was handed to it
 	value     string       // the waiting Lock's value
-	args      [4]any       // its registration, as script arguments
+	args      [5]any       // its registration, as script arguments
 	firstSent time.Time    // when a call that queues it in Redis was first sent
 }
 
@@ -85,6 +87,9 @@ type notifier struct {
 	subs    map[string]*subscriber // by routing group, see group
 	sharded int                    // 0 unknown, 1 sharded pub/sub works, -1 it does not
 	handing atomic.Int64           // waiters with handing set, in the queues: when 0, a release looks no further
+
+	id        string            // this Client's name in its waiters' registrations (see handChannel)
+	handChans map[string]string // the hand-off channel of each key with a queue, to the key
 }
 
 // enqueue adds a waiter for key at the tail of its queue. It reports
@@ -129,6 +134,12 @@ func (c *Client) queueFor(key string) (*keyQueue, error) {
 	if q == nil {
 		q = &keyQueue{}
 		n.queues[key] = q
+		if n.handChans == nil {
+			n.handChans = make(map[string]string)
+		}
+		if queueable(key) {
+			n.handChans[handChannel(key, n.id)] = key
+		}
 	}
 	return q, nil
 }
@@ -172,6 +183,9 @@ func (c *Client) dequeue(w *waiter, acquired bool) {
 	}
 	if len(q.waiters) == 0 && len(q.free) == 0 {
 		delete(n.queues, w.key)
+		if queueable(w.key) {
+			delete(n.handChans, handChannel(w.key, n.id))
+		}
 		if q.subscribed {
 			c.unsubscribeLocked(w.key)
 		}
@@ -192,6 +206,13 @@ func signal(ch chan struct{}) {
 func (n *notifier) released(key, msg string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if tok, fence, ok := parseHandoff(msg); ok {
+		// On this Client's own hand-off channel of the key (see handChannel).
+		if k, ok := n.handChans[key]; ok {
+			n.deliverLocked(k, tok, handoff{fence: fence}, true)
+		}
+		return
+	}
 	q := n.queues[key]
 	if q == nil {
 		return
@@ -206,10 +227,6 @@ func (n *notifier) released(key, msg string) {
 	}
 	if msg == releasedMsg {
 		signal(q.waiters[0].wake)
-		return
-	}
-	if tok, fence, ok := parseHandoff(msg); ok {
-		n.deliverLocked(key, tok, handoff{fence: fence}, true)
 		return
 	}
 	for _, w := range q.waiters {
@@ -318,9 +335,9 @@ func (c *Client) subscribeOn(ctx context.Context, g string, node redis.Universal
 		fresh.close()
 	}
 	if s.sharded {
-		return s.ps.SSubscribe(ctx, key)
+		return s.ps.SSubscribe(ctx, c.channels(key)...)
 	}
-	return s.ps.Subscribe(ctx, key)
+	return s.ps.Subscribe(ctx, c.channels(key)...)
 }
 
 // close closes the connection and waits for its reader to exit.
@@ -343,7 +360,7 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 	var err error
 	sharded := mode >= 0
 	if sharded {
-		ps = node.SSubscribe(ctx, key)
+		ps = node.SSubscribe(ctx, c.channels(key)...)
 		if _, err = ps.Receive(ctx); err != nil && isUnknownCommand(err) {
 			_ = ps.Close()
 			sharded = false
@@ -353,7 +370,7 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 		}
 	}
 	if !sharded {
-		ps = node.Subscribe(ctx, key)
+		ps = node.Subscribe(ctx, c.channels(key)...)
 		_, err = ps.Receive(ctx)
 	}
 	if err != nil {
@@ -416,9 +433,9 @@ func (c *Client) unsubscribeLocked(key string) {
 		// The shared connection stays open for the other keys.
 		ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
 		if s.sharded {
-			_ = s.ps.SUnsubscribe(ctx, key)
+			_ = s.ps.SUnsubscribe(ctx, c.channels(key)...)
 		} else {
-			_ = s.ps.Unsubscribe(ctx, key)
+			_ = s.ps.Unsubscribe(ctx, c.channels(key)...)
 		}
 		cancel()
 	}

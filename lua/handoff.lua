@@ -6,7 +6,7 @@
 -- waiter, see count.lua), and at times a reservation, the member ">" ..
 -- token scored by minus its deadline (see count_release.lua); KEYS[3] the
 -- fencing counter; KEYS[4] each queued token's details:
--- "<registered until, ms> <ttl ms> <fenced 0|1> <value>"; KEYS[5] the
+-- "<registered until, ms> <ttl ms> <fenced 0|1> <client> <value>"; KEYS[5] the
 -- tokens that took the lock in the last GONE_LIFE ms, scored by when: a
 -- client's call that would queue one of them again (sent before it took
 -- the lock, run after) is ignored.
@@ -14,7 +14,8 @@
 -- A release gives the lock straight to the first waiter whose registration
 -- is current: it sets the key to that waiter's value for its ttl (and
 -- increments the counter for a fenced one), and announces "<token>
--- <fence>" on the channel named like the key. A waiter that stops waiting
+-- <fence>" to the waiter's client alone, on the channel named like the
+-- queue with "to:<client>" for "queue". A waiter that stops waiting
 -- passes on a lock handed to it (leave.lua). Registrations last WAITER_LIFE
 -- ms unless renewed, so a crashed client's waiters are soon skipped.
 
@@ -23,21 +24,22 @@ local function now()
   return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
-local function announce(msg)
-  if not pcall(redis.call, 'SPUBLISH', KEYS[1], msg) then
-    redis.call('PUBLISH', KEYS[1], msg)
+local function announce(msg, channel)
+  channel = channel or KEYS[1]
+  if not pcall(redis.call, 'SPUBLISH', channel, msg) then
+    redis.call('PUBLISH', channel, msg)
   end
 end
 
 -- register queues (or renews) the waiters given from ARGV[i] on, in groups
--- of token, ttl, fenced, value, in that order; not one that the lock is
+-- of token, ttl, fenced, client, value, in that order; not one that the lock is
 -- already handed to. t is the server's time.
 local function register(i, t)
   if not ARGV[i] then return end
   local held = redis.call('GET', KEYS[1])
   local last
   while ARGV[i] do
-    local tok, value = ARGV[i], ARGV[i + 3]
+    local tok, value = ARGV[i], ARGV[i + 4]
     if value ~= held and not redis.call('ZSCORE', KEYS[5], tok) then
       if not redis.call('ZSCORE', KEYS[2], tok) then
         if not last then
@@ -47,9 +49,10 @@ local function register(i, t)
         last = math.max(t, last + 0.01) -- keep their order, even within a ms
         redis.call('ZADD', KEYS[2], last, tok)
       end
-      redis.call('HSET', KEYS[4], tok, string.format('%d', t + WAITER_LIFE) .. ' ' .. ARGV[i + 1] .. ' ' .. ARGV[i + 2] .. ' ' .. value)
+      redis.call('HSET', KEYS[4], tok, string.format('%d', t + WAITER_LIFE) .. ' ' .. ARGV[i + 1] .. ' ' ..
+        ARGV[i + 2] .. ' ' .. ARGV[i + 3] .. ' ' .. value)
     end
-    i = i + 4
+    i = i + 5
   end
   redis.call('PEXPIRE', KEYS[2], QUEUE_TTL)
   redis.call('PEXPIRE', KEYS[4], QUEUE_TTL)
@@ -89,14 +92,14 @@ local function handTo(t)
     else
       local d = redis.call('HGET', KEYS[4], f[1])
       if not d then return 'bare', f[1] end
-      local exp, ttl, fenced, value = string.match(d, '^(%d+) (%d+) (%d) (.*)$')
+      local exp, ttl, fenced, client, value = string.match(d, '^(%d+) (%d+) (%d) (%S+) (.*)$')
       if exp and tonumber(exp) >= t then
         local fence = 0
         if fenced == '1' then fence = redis.call('INCR', KEYS[3]) end
         unqueue(f[1])
         took(f[1], t)
         redis.call('SET', KEYS[1], value, 'PX', ttl)
-        announce(f[1] .. ' ' .. fence)
+        announce(f[1] .. ' ' .. fence, string.sub(KEYS[2], 1, -6) .. 'to:' .. client)
         return 'handed', f[1], fence, tonumber(ttl)
       end
       unqueue(f[1]) -- not renewed in time: its client is gone
