@@ -50,7 +50,7 @@ type waiter struct {
 	// fields below are under the notifier's mu.
 	handing   bool
 	fenced    bool
-	lock      *Lock        // the waiting Lock (compared, not read)
+	lock      *Lock // the waiting Lock (compared, not read)
 	ttl       time.Duration
 	hand      chan handoff // the lock was handed to it
 	value     string       // the waiting Lock's value
