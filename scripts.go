@@ -3,7 +3,6 @@ package padlock
 import (
 	"context"
 	"embed"
-	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,11 +12,11 @@ import (
 // the script.
 var (
 	acquireScript      = script("acquire")
-	releaseScript      = handoffScript("release")
+	releaseScript      = script("release")
 	extendScript       = script("extend")
 	pttlScript         = script("pttl")
-	waitScript         = handoffScript("wait")
-	leaveScript        = handoffScript("leave")
+	waitScript         = script("wait")
+	leaveScript        = script("leave")
 	acquireManyScript  = script("acquire_many")
 	releaseManyScript  = script("release_many")
 	extendManyScript   = script("extend_many")
@@ -39,25 +38,11 @@ type luaScript struct {
 }
 
 func script(name string) luaScript {
-	src := source(name)
-	return luaScript{redis.NewScript(src), src}
-}
-
-// handoffScript is a script that hands the lock to the next waiter: it
-// runs after lua/handoff.lua, and the constants that file uses.
-func handoffScript(name string) luaScript {
-	src := fmt.Sprintf("local QUEUE_TTL, WAITER_LIFE, GONE_LIFE = %d, %d, %d\n",
-		queueTTL.Milliseconds(), waiterLife.Milliseconds(), goneLife.Milliseconds()) +
-		source("handoff") + source(name)
-	return luaScript{redis.NewScript(src), src}
-}
-
-func source(name string) string {
 	src, err := luaFiles.ReadFile("lua/" + name + ".lua")
 	if err != nil {
 		panic(err) // embedded at build time: cannot happen
 	}
-	return string(src)
+	return luaScript{redis.NewScript(string(src)), string(src)}
 }
 
 // The digests of the hot scripts and the key counts, boxed once as command
@@ -65,7 +50,7 @@ func source(name string) string {
 var (
 	acquireSHA any = acquireScript.Hash()
 	releaseSHA any = releaseScript.Hash()
-	numKeys        = [...]any{"0", "1", "2", "3", "4", "5"}
+	numKeys        = [...]any{"0", "1", "2", "3"}
 )
 
 // doer is what padlock sends commands and scripts through: a client, or
