@@ -50,6 +50,8 @@ func runChild(mode string) int {
 		err = holderChild(c, rdb)
 	case "lin":
 		err = linChild(c, rdb)
+	case "waiter":
+		err = waiterChild(c, rdb)
 	default:
 		err = fmt.Errorf("unknown child %q", mode)
 	}
@@ -103,6 +105,41 @@ func holderChild(c *padlock.Client, rdb *redis.Client) error {
 			say("write ok=%v err=%v", ok, err)
 		case "extend":
 			say("extend %v", errName(l.Extend(ctx, time.Minute)))
+		case "release":
+			say("release %v", errName(l.Release(ctx)))
+		}
+	}
+	return nil
+}
+
+// waiterChild waits for a fenced lock with Acquire, saying "waiting" once
+// it waits and "acquired fence=N" when it has it; then it keeps it alive
+// and answers "write" (a fenced write of the register) and "release".
+func waiterChild(c *padlock.Client, rdb *redis.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key, reg := childEnv("KEY"), childEnv("REG")
+	var mu sync.Mutex
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Printf(format+"\n", args...)
+	}
+	saysWaiting := padlock.WithObserver(&padlock.Observer{WaitStart: func(context.Context, string) { say("waiting") }})
+	l, err := c.Acquire(ctx, key, childDuration("TTL"), padlock.WithFencing(), saysWaiting)
+	if err != nil {
+		return err
+	}
+	say("acquired fence=%d", l.Fence())
+	kctx, stop := l.KeepAlive(ctx)
+	defer stop()
+	context.AfterFunc(kctx, func() { say("lost %v", context.Cause(kctx)) })
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch in.Text() {
+		case "write":
+			ok, err := fencedWrite.Run(ctx, rdb, []string{reg}, l.Fence(), "written by the waiter").Bool()
+			say("write ok=%v err=%v", ok, err)
 		case "release":
 			say("release %v", errName(l.Release(ctx)))
 		}

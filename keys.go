@@ -6,9 +6,10 @@ import (
 )
 
 // The keys of a lock, l.keys: [0] the lock itself; [1] its queue of
-// waiting clients, which also holds the hand-off from a release to the
-// first of them (when the key can have side keys, see sideKey); [2] the
-// fencing counter (when fenced). Each script takes a prefix of them.
+// waiting clients (when the key can have side keys, see sideKey); [2] the
+// fencing counter (when fenced). Each script takes a prefix of them, or
+// handKeys. The side keys' names are slices of one string, l.side: the
+// queue, the fencing counter and the waiters' details (see handoff.go).
 
 // handoffGrace is how long a release reserves the lock for the first
 // queued waiter, which it names in its notification: long enough for the
@@ -46,13 +47,26 @@ func (l *Lock) waitKeys() []string {
 	return l.keys[:2]
 }
 
-// releaseKeys are the release script's keys: the lock, and its queue when
-// it has one.
-func (l *Lock) releaseKeys() []string {
-	if l.queued() {
-		return l.keys[:2]
+// sideKeys returns the names of key's queue and fencing counter, and all
+// its side keys as one string: the queue, the fencing counter, the
+// waiters' details and the tokens that took the lock (see handoff.go).
+func sideKeys(key string) (side, queue, fence string) {
+	p := ":" // the prefix of every side key (see sideKey), after key
+	if !hasHashTag(key) {
+		p = ":{" + key + "}:"
 	}
-	return l.keys[:1]
+	// One allocation, for a lock that may be taken and released at once.
+	side = key + p + "queue" + key + p + "fence" + key + p + "waiters" + key + p + "took"
+	n := len(key) + len(p)
+	return side, side[:n+len("queue")], side[n+len("queue") : 2*n+len("queuefence")]
+}
+
+// sideName returns side key number i (0 the queue, 1 the fencing counter,
+// 2 the waiters' details, 3 the tokens that took the lock) from l.side.
+func (l *Lock) sideName(i int) string {
+	p := (len(l.side) - len("queuefencewaiterstook")) / 4
+	ends := [...]int{0, p + len("queue"), 2*p + len("queuefence"), 3*p + len("queuefencewaiters"), len(l.side)}
+	return l.side[ends[i]:ends[i+1]]
 }
 
 // acquireOn runs one acquire attempt of l on r, and returns the reply of
@@ -73,7 +87,10 @@ func (l *Lock) releaseOn(ctx context.Context, r doer) (int64, error) {
 	}
 	m := l.multi()
 	if m == nil {
-		return evalsha(ctx, r, releaseScript, l.relCmd).Int64()
+		if l.queued() {
+			return l.releaseHanding(ctx, r)
+		}
+		return evalsha(ctx, r, releaseScript, []any{"evalsha", releaseSHA, numKeys[1], l.key, l.args[0], graceArg}).Int64()
 	}
 	n, err := releaseManyScript.Run(ctx, r, m, l.args[0]).Int64()
 	if n < int64(len(m)) {

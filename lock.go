@@ -51,6 +51,7 @@ type Client struct {
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{opts: defaultOptions().with(opts), wait: sleep}
 	c.sched.c = c
+	c.notify.id = newToken()[:clientIDLen]
 	if !isNil(rdb) {
 		c.rdb = rdb
 	}
@@ -182,14 +183,17 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		l.x = &lockExtra{replicas: o.replicas, replicaTimeout: o.replicaTimeout, obs: o.obs}
 	}
 	l.keys[0] = key
-	if queueable(key) && c.nodes == nil { // a Redlock's waiters queue only in their Client
-		l.keys[1] = sideKey(key, "queue")
+	if o.fencing && !queueable(key) {
+		return nil, o, fmt.Errorf("%w: fencing needs a key with a hash tag or without braces, got %q", ErrInvalid, key)
 	}
-	if o.fencing {
-		if !queueable(key) {
-			return nil, o, fmt.Errorf("%w: fencing needs a key with a hash tag or without braces, got %q", ErrInvalid, key)
+	if queueable(key) {
+		side, queue, fence := sideKeys(key)
+		if c.nodes == nil { // a Redlock's waiters queue only in their Client
+			l.side, l.keys[1] = side, queue
 		}
-		l.keys[2] = sideKey(key, "fence")
+		if o.fencing {
+			l.keys[2] = fence
+		}
 	}
 	l.value = newToken()
 	if o.metadata != "" {
@@ -203,19 +207,13 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	// The script arguments, boxed once for every call of this lock.
 	l.args[0], l.args[1] = l.value, c.ttlArg(ttl)
 	var key0 any = key
-	tk, rk := l.tryKeys(), l.releaseKeys()
+	tk := l.tryKeys()
 	l.acqCmd = make([]any, 0, 3+len(tk)+2)
 	l.acqCmd = append(l.acqCmd, "evalsha", acquireSHA, numKeys[len(tk)], key0)
 	for _, k := range tk[1:] {
 		l.acqCmd = append(l.acqCmd, k)
 	}
 	l.acqCmd = append(l.acqCmd, l.args[0], l.args[1])
-	l.relCmd = make([]any, 0, 3+len(rk)+2)
-	l.relCmd = append(l.relCmd, "evalsha", releaseSHA, numKeys[len(rk)], key0)
-	for _, k := range rk[1:] {
-		l.relCmd = append(l.relCmd, k)
-	}
-	l.relCmd = append(l.relCmd, l.args[0], graceArg)
 	return l, o, nil
 }
 
@@ -426,10 +424,10 @@ type Lock struct {
 	key    string
 	value  string     // what the key holds: the token, then " " and metadata if any
 	keys   [3]string  // the key, its queue, its fence key, or "" (see keys.go)
+	side   string     // the names of its side keys, when it has a queue (see keys.go)
 	x      *lockExtra // what few locks need, or nil
 	args   [2]any     // the value and the acquire ttl, boxed once: script arguments
 	acqCmd []any      // the acquire script's EVALSHA, built once (see evalsha)
-	relCmd []any      // the release script's EVALSHA, built once
 
 	// extendMu serializes Extend round trips, the caller's and the
 	// scheduler's, so the local deadline follows the last one Redis ran.

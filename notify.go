@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,9 +42,20 @@ type waiter struct {
 	token      string        // the waiting Lock's token: a release may name it
 	wake       chan struct{} // a release was announced, or the head before us gave up: attempt now
 	turn       chan struct{} // we became the head of the queue
-	registered bool          // queued in Redis by the waiter ahead (see wait.lua); under the notifier's mu
+	registered bool          // queued in Redis (see handoff.go); under the notifier's mu
 	obs        *Observer     // the waiting Lock's observer, or nil
 	all        bool          // a free waiter woken by every "released" (a shared hold), not only when named
+
+	// A waiter that a release may hand the lock to (see handoff.go); the
+	// fields below are under the notifier's mu.
+	handing   bool
+	fenced    bool
+	lock      *Lock // the waiting Lock (compared, not read)
+	ttl       time.Duration
+	hand      chan handoff // the lock was handed to it
+	value     string       // the waiting Lock's value
+	args      [5]any       // its registration, as script arguments
+	firstSent time.Time    // when a call that queues it in Redis was first sent
 }
 
 // A keyQueue is the FIFO of one key's waiters, head first, and its free
@@ -54,6 +66,9 @@ type keyQueue struct {
 	waiters    []*waiter
 	free       []*waiter
 	subscribed bool // its channel is subscribed (or being subscribed)
+
+	holder      *Lock     // a Lock of this Client handed the key by a waiter, until released
+	holderUntil time.Time // and its deadline
 }
 
 // A subscriber is one pub/sub connection and the goroutine reading it.
@@ -71,6 +86,10 @@ type notifier struct {
 	queues  map[string]*keyQueue
 	subs    map[string]*subscriber // by routing group, see group
 	sharded int                    // 0 unknown, 1 sharded pub/sub works, -1 it does not
+	handing atomic.Int64           // waiters with handing set, in the queues: when 0, a release looks no further
+
+	id        string            // this Client's name in its waiters' registrations (see handChannel)
+	handChans map[string]string // the hand-off channel of each key with a queue, to the key
 }
 
 // enqueue adds a waiter for key at the tail of its queue. It reports
@@ -115,6 +134,12 @@ func (c *Client) queueFor(key string) (*keyQueue, error) {
 	if q == nil {
 		q = &keyQueue{}
 		n.queues[key] = q
+		if n.handChans == nil {
+			n.handChans = make(map[string]string)
+		}
+		if queueable(key) {
+			n.handChans[handChannel(key, n.id)] = key
+		}
 	}
 	return q, nil
 }
@@ -135,6 +160,9 @@ func (c *Client) dequeue(w *waiter, acquired bool) {
 	for i, x := range q.waiters {
 		if x == w {
 			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			if w.handing {
+				n.handing.Add(-1)
+			}
 			break
 		}
 	}
@@ -155,6 +183,9 @@ func (c *Client) dequeue(w *waiter, acquired bool) {
 	}
 	if len(q.waiters) == 0 && len(q.free) == 0 {
 		delete(n.queues, w.key)
+		if queueable(w.key) {
+			delete(n.handChans, handChannel(w.key, n.id))
+		}
 		if q.subscribed {
 			c.unsubscribeLocked(w.key)
 		}
@@ -175,6 +206,13 @@ func signal(ch chan struct{}) {
 func (n *notifier) released(key, msg string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if tok, fence, ok := parseHandoff(msg); ok {
+		// On this Client's own hand-off channel of the key (see handChannel).
+		if k, ok := n.handChans[key]; ok {
+			n.deliverLocked(k, tok, handoff{fence: fence}, true)
+		}
+		return
+	}
 	q := n.queues[key]
 	if q == nil {
 		return
@@ -200,25 +238,6 @@ func (n *notifier) released(key, msg string) {
 			return
 		}
 	}
-}
-
-// successor returns the waiter behind w in its queue, if w is the head, or
-// nil.
-func (c *Client) successor(w *waiter) *waiter {
-	n := &c.notify
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if q := n.queues[w.key]; q != nil && len(q.waiters) > 1 && q.waiters[0] == w {
-		return q.waiters[1]
-	}
-	return nil
-}
-
-// registered records that a successful attempt queued w in Redis.
-func (c *Client) registered(w *waiter) {
-	c.notify.mu.Lock()
-	w.registered = true
-	c.notify.mu.Unlock()
 }
 
 // subscribe makes sure key's channel is subscribed, and for a new
@@ -316,9 +335,9 @@ func (c *Client) subscribeOn(ctx context.Context, g string, node redis.Universal
 		fresh.close()
 	}
 	if s.sharded {
-		return s.ps.SSubscribe(ctx, key)
+		return s.ps.SSubscribe(ctx, c.channels(key)...)
 	}
-	return s.ps.Subscribe(ctx, key)
+	return s.ps.Subscribe(ctx, c.channels(key)...)
 }
 
 // close closes the connection and waits for its reader to exit.
@@ -341,7 +360,7 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 	var err error
 	sharded := mode >= 0
 	if sharded {
-		ps = node.SSubscribe(ctx, key)
+		ps = node.SSubscribe(ctx, c.channels(key)...)
 		if _, err = ps.Receive(ctx); err != nil && isUnknownCommand(err) {
 			_ = ps.Close()
 			sharded = false
@@ -351,7 +370,7 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 		}
 	}
 	if !sharded {
-		ps = node.Subscribe(ctx, key)
+		ps = node.Subscribe(ctx, c.channels(key)...)
 		_, err = ps.Receive(ctx)
 	}
 	if err != nil {
@@ -414,9 +433,9 @@ func (c *Client) unsubscribeLocked(key string) {
 		// The shared connection stays open for the other keys.
 		ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
 		if s.sharded {
-			_ = s.ps.SUnsubscribe(ctx, key)
+			_ = s.ps.SUnsubscribe(ctx, c.channels(key)...)
 		} else {
-			_ = s.ps.Unsubscribe(ctx, key)
+			_ = s.ps.Unsubscribe(ctx, c.channels(key)...)
 		}
 		cancel()
 	}

@@ -2,8 +2,6 @@ package padlock_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"io/fs"
 	"os"
@@ -240,14 +238,7 @@ type releaseCounter struct {
 	n  int
 }
 
-var releaseSHA = func() string {
-	src, err := os.ReadFile("lua/release.lua")
-	if err != nil {
-		panic(err)
-	}
-	sum := sha1.Sum(src)
-	return hex.EncodeToString(sum[:])
-}()
+var releaseSHA = padlock.ReleaseScriptSHA
 
 func (r *releaseCounter) landed() int {
 	r.mu.Lock()

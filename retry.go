@@ -71,6 +71,9 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 	if l.counted() != nil {
 		return c.countWaiting(ctx, l, o)
 	}
+	if l.queued() {
+		return c.queueWaiting(ctx, l, o)
+	}
 	var w *waiter
 	var held bool
 	head := true
@@ -80,12 +83,6 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 		}
 		defer func() { c.dequeue(w, err == nil) }()
 	}
-	fair := w != nil && l.queued() // queue in Redis too, across clients
-	defer func() {
-		if fair && err != nil && held {
-			l.leave(ctx)
-		}
-	}()
 	waiting := false // whether the observer was told this call waits
 	if obs := l.observer(); obs != nil {
 		defer func() {
@@ -106,19 +103,9 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 				}
 				return nil, opError("acquire", l.key, err)
 			}
-			var pttl time.Duration
-			var next *waiter
-			if fair {
-				next = c.successor(w)
-				pttl, err = c.fairAttempt(ctx, l, next)
-			} else {
-				pttl, err = c.attempt(ctx, l)
-			}
+			pttl, err := c.attempt(ctx, l)
 			switch {
 			case err == nil:
-				if fair && next != nil {
-					c.registered(next)
-				}
 				return l, nil
 			case held && ctx.Err() != nil:
 				return nil, notAcquired(ctx, l.key)
@@ -181,21 +168,6 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 	}
 }
 
-// fairAttempt is an attempt of a waiter queued in Redis (see wait.lua).
-// successor is the waiter behind it in this Client (or nil), whom a
-// successful attempt queues in Redis. It returns like attempt; when the
-// lock is free but handed to another waiter, the duration is what is left
-// of that hand-off.
-func (c *Client) fairAttempt(ctx context.Context, l *Lock, successor *waiter) (time.Duration, error) {
-	next := ""
-	if successor != nil {
-		next = successor.token
-	}
-	return l.attemptWith(ctx, func(r doer) *redis.Cmd {
-		return waitScript.Run(ctx, r, l.waitKeys(), l.args[0], l.args[1], l.tok(), next, queueTTL.Milliseconds())
-	})
-}
-
 // attemptWith runs one acquire attempt of l through run, a script that
 // replies {1, fence} when l is acquired and {0, ms} when not (wait.lua,
 // count.lua), on l's writer. It returns like attempt: on success it
@@ -233,14 +205,4 @@ func (l *Lock) attemptWith(ctx context.Context, run func(r doer) *redis.Cmd) (ti
 		return -1, l.acquired(ctx, sent, n)
 	}
 	return time.Duration(n) * time.Millisecond, ErrNotAcquired
-}
-
-// leave takes a waiter that gives up out of its key's queue in Redis, and
-// hands the lock on if a release had handed it to this waiter. It is best
-// effort, on a context of its own: a waiter left behind only delays the
-// others by the hand-off grace.
-func (l *Lock) leave(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCleanupTimeout)
-	defer cancel()
-	_ = leaveScript.Run(ctx, l.c.rdb, l.keys[:2], l.tok(), graceArg).Err()
 }

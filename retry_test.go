@@ -137,21 +137,80 @@ func TestAcquireWhenTheContextEnds(t *testing.T) {
 
 // If the waiter's context ends just as Redis hands it the lock (the reply
 // is lost to the cancellation), the lock must not stay held by nobody.
-func TestAcquireCancelledWhileHandedTheLock(t *testing.T) {
+// A waiter whose attempt takes the lock as its wait ends does not leave it
+// held. (A key with a brace but no hash tag: its waiters attempt, since
+// they cannot queue in Redis.)
+func TestAcquireCancelledWhileTakingTheLock(t *testing.T) {
 	both(t, func(t *testing.T, e *env) {
+		key := e.key + "{x"
 		// The holder uses a client of its own: the hook below is for the waiter's calls.
-		holder, err := padlock.New(e.raw).TryAcquire(e.ctx, e.key, time.Minute)
+		holder, err := padlock.New(e.raw).TryAcquire(e.ctx, key, time.Minute)
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(e.ctx)
 		defer cancel()
 		e.rdb.AddHook(&cancelOnAcquire{cancel: cancel})
 		time.AfterFunc(30*time.Millisecond, func() { _ = holder.Release(context.Background()) })
 
-		_, err = e.c.Acquire(ctx, e.key, time.Minute)
+		_, err = e.c.Acquire(ctx, key, time.Minute)
 		require.ErrorIs(t, err, padlock.ErrNotAcquired)
 		require.ErrorIs(t, err, context.Canceled)
-		assert.Empty(t, e.get(e.key), "the lock handed over as the wait ended is not left held")
+		assert.Empty(t, e.get(key), "the lock taken as the wait ended is not left held")
 	})
+}
+
+// A waiter whose wait ends at the moment a release hands it the lock
+// passes the lock on to the next waiter, in another Client, at once.
+func TestAcquireCancelledWhileHandedTheLock(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		other := padlock.New(e.raw)
+		t.Cleanup(func() { _ = other.Close() })
+		holder, err := other.TryAcquire(e.ctx, e.key, time.Minute)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(e.ctx)
+		defer cancel()
+		waiting := make(chan struct{})
+		cancelAtHandOff := padlock.WithObserver(&padlock.Observer{
+			WaitStart: func(context.Context, string) { close(waiting) },
+			HandOff:   func(string) { cancel() },
+		})
+
+		first := make(chan error, 1)
+		go func() {
+			_, err := e.c.Acquire(ctx, e.key, time.Minute, cancelAtHandOff, neverPoll)
+			first <- err
+		}()
+		<-waiting // queued, and done attempting
+		waitFor(t, e, 1)
+		second := make(chan *padlock.Lock, 1)
+		go func() {
+			l, err := other.Acquire(e.ctx, e.key, time.Minute, neverPoll)
+			assert.NoError(t, err)
+			second <- l
+		}()
+		waitFor(t, e, 2)
+
+		require.NoError(t, holder.Release(e.ctx))
+		err = <-first
+		require.ErrorIs(t, err, padlock.ErrNotAcquired)
+		require.ErrorIs(t, err, context.Canceled)
+		select {
+		case l := <-second:
+			require.NotNil(t, l)
+			assert.Equal(t, l.Token(), e.get(e.key), "the next waiter holds it")
+			require.NoError(t, l.Release(e.ctx))
+		case <-time.After(5 * time.Second):
+			t.Fatal("the lock was not passed on (only that could wake the second waiter)")
+		}
+	})
+}
+
+// waitFor waits until n clients wait in Redis for e.key.
+func waitFor(t *testing.T, e *env, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		info, err := e.c.Inspect(e.ctx, e.key)
+		return err == nil && info.Waiting == n
+	}, 5*time.Second, 5*time.Millisecond, "%d waiters queued", n)
 }
 
 // cancelOnAcquire is a hook that, when an acquire script succeeds, cancels

@@ -399,3 +399,72 @@ func TestReplicaSeesTheLockOnlyOnceReplicated(t *testing.T) {
 	require.Eventually(t, func() bool { return rr.Get(e.ctx, e.key).Val() == l2.Token() }, 5*time.Second, 10*time.Millisecond)
 	require.NoError(t, l2.Release(e.ctx))
 }
+
+// A release hands the lock to a waiter in another process that is
+// stopped (SIGSTOP) or was killed at that moment. The lock is not lost:
+// the next waiter gets it when the handed lock's ttl runs out, with a
+// higher fence. A stopped waiter that resumes does not take its stale
+// hand-off for a lock: it confirms it, finds it gone, and waits again.
+func TestHandOffToAStoppedOrKilledWaiter(t *testing.T) {
+	for _, how := range []string{"stopped", "killed"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			e := newReal(t, nil)
+			const ttl = 500 * time.Millisecond
+			reg := e.key + ":register"
+			holder, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithFencing())
+			require.NoError(t, err)
+			ch := startChild(t, "waiter", map[string]string{"ADDR": e.srv.Addr(), "KEY": e.key, "REG": reg, "TTL": ttl.String()})
+			ch.expect(t, "waiting", 10*time.Second)
+			waitFor(t, e, 1)
+
+			next := make(chan *padlock.Lock, 1)
+			go func() {
+				l, err := e.c.Acquire(e.ctx, e.key, time.Minute, padlock.WithFencing(), neverPoll)
+				assert.NoError(t, err)
+				next <- l
+			}()
+			waitFor(t, e, 2)
+
+			sig := syscall.SIGSTOP
+			if how == "killed" {
+				sig = syscall.SIGKILL
+			}
+			require.NoError(t, ch.cmd.Process.Signal(sig))
+			released := time.Now()
+			require.NoError(t, holder.Release(e.ctx))
+			var l *padlock.Lock
+			select {
+			case l = <-next:
+			case <-time.After(ttl + 3*time.Second):
+				t.Fatal("the lock handed to the " + how + " waiter was stranded past its ttl")
+			}
+			took := time.Since(released)
+			t.Logf("the next waiter got it %v after the release (the handed lock's ttl: %v)", took.Round(time.Millisecond), ttl)
+			assert.GreaterOrEqual(t, took, ttl/2, "it waited for the handed lock to expire")
+			assert.Equal(t, holder.Fence()+2, l.Fence(), "the hand-off to the %s waiter took a fence", how)
+			ok, err := fencedWrite.Run(e.ctx, e.raw, []string{reg}, l.Fence(), "written by the next waiter").Bool()
+			require.NoError(t, err)
+			require.True(t, ok)
+			if how == "killed" {
+				require.NoError(t, l.Release(e.ctx))
+				return
+			}
+
+			require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
+			select {
+			case line := <-ch.lines:
+				t.Fatalf("the resumed waiter said %q while the lock was held by another", line)
+			case <-time.After(time.Second):
+			}
+			assert.Equal(t, l.Token(), e.get(e.key), "the holder's lock is untouched")
+			require.NoError(t, l.Release(e.ctx))
+			assert.Equal(t, "acquired fence="+strconv.FormatInt(l.Fence()+1, 10), ch.expect(t, "acquired", 5*time.Second),
+				"the resumed waiter queued again and got the lock in its turn")
+			ch.send(t, "write")
+			assert.Equal(t, "write ok=true err=<nil>", ch.expect(t, "write ", 5*time.Second))
+			ch.send(t, "release")
+			assert.Equal(t, "release nil", ch.expect(t, "release ", 5*time.Second))
+		})
+	}
+}

@@ -3,6 +3,7 @@ package padlock
 import (
 	"context"
 	"embed"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -12,11 +13,11 @@ import (
 // the script.
 var (
 	acquireScript      = script("acquire")
-	releaseScript      = script("release")
+	releaseScript      = handoffScript("release")
 	extendScript       = script("extend")
 	pttlScript         = script("pttl")
-	waitScript         = script("wait")
-	leaveScript        = script("leave")
+	waitScript         = handoffScript("wait")
+	leaveScript        = handoffScript("leave")
 	acquireManyScript  = script("acquire_many")
 	releaseManyScript  = script("release_many")
 	extendManyScript   = script("extend_many")
@@ -38,11 +39,25 @@ type luaScript struct {
 }
 
 func script(name string) luaScript {
+	src := source(name)
+	return luaScript{redis.NewScript(src), src}
+}
+
+// handoffScript is a script that hands the lock to the next waiter: it
+// runs after lua/handoff.lua, and the constants that file uses.
+func handoffScript(name string) luaScript {
+	src := fmt.Sprintf("local QUEUE_TTL, WAITER_LIFE, GONE_LIFE = %d, %d, %d\n",
+		queueTTL.Milliseconds(), waiterLife.Milliseconds(), goneLife.Milliseconds()) +
+		source("handoff") + source(name)
+	return luaScript{redis.NewScript(src), src}
+}
+
+func source(name string) string {
 	src, err := luaFiles.ReadFile("lua/" + name + ".lua")
 	if err != nil {
 		panic(err) // embedded at build time: cannot happen
 	}
-	return luaScript{redis.NewScript(string(src)), string(src)}
+	return string(src)
 }
 
 // The digests of the hot scripts and the key counts, boxed once as command
@@ -50,7 +65,7 @@ func script(name string) luaScript {
 var (
 	acquireSHA any = acquireScript.Hash()
 	releaseSHA any = releaseScript.Hash()
-	numKeys        = [...]any{"0", "1", "2", "3"}
+	numKeys        = [...]any{"0", "1", "2", "3", "4", "5"}
 )
 
 // doer is what padlock sends commands and scripts through: a client, or

@@ -1,0 +1,5 @@
+package padlock
+
+// ReleaseScriptSHA is the digest of the release script as padlock sends it
+// (with lua/handoff.lua before it), for tests that watch for it.
+var ReleaseScriptSHA = releaseScript.Hash()
