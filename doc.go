@@ -28,7 +28,7 @@
 // waiter whose wait ends as the lock comes to it passes it on. TryAcquire
 // does not queue: it takes a lock only when it is free. If a message is
 // lost, the first waiter of each Client also looks on a timer (the
-// holder's remaining ttl or a jittered, capped backoff, at most a second).
+// holder's remaining ttl or a jittered, capped backoff, at most 300ms).
 // Multi-key locks, Redlock, semaphores, shared holds and keys with a brace
 // but no hash tag are not handed over this way: a release deletes the lock
 // and wakes the next waiter, which attempts.

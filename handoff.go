@@ -35,8 +35,8 @@ import (
 // waiterLife is how long a waiter's registration in Redis lasts unless
 // renewed; renewEvery is how often its Client renews it, at the least.
 const (
-	waiterLife = 3 * time.Second
-	renewEvery = time.Second
+	waiterLife = time.Second
+	renewEvery = 300 * time.Millisecond
 )
 
 // minFallback is the shortest wait of a queued waiter's timer with
@@ -182,9 +182,10 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 // lock handed to another waiter of this Client, it tells that waiter.
 func (c *Client) queueAttempt(ctx context.Context, l *Lock, confirm bool) (time.Duration, error) {
 	sent := time.Now()
-	regs, ws := c.registrations(l.key, true, sent)
-	if confirm {
-		regs, ws = nil, nil
+	var regs []any
+	var ws []*waiter
+	if !confirm {
+		regs, ws = c.registrations(l.key, true, sent)
 	}
 	args := make([]any, 0, 4+len(regs))
 	args = append(args, l.args[0], l.args[1], l.tok(), fencedArgs[b2i(l.fenced())])
@@ -271,15 +272,10 @@ func (l *Lock) releaseHanding(ctx context.Context, r doer) (int64, error) {
 func (l *Lock) leave(ctx context.Context, w *waiter) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCleanupTimeout)
 	defer cancel()
-	var tok, value string
 	l.c.notify.mu.Lock()
-	tok, value = w.token, w.value
+	tok, value := w.token, w.value
 	l.c.notify.mu.Unlock()
-	_, _ = l.c.leaveOn(ctx, l, tok, value)
-}
-
-func (c *Client) leaveOn(ctx context.Context, l *Lock, tok, value string) (int64, error) {
-	return leaveScript.Run(ctx, c.rdb, l.handKeys(), tok, value, graceArg).Int64()
+	_ = leaveScript.Run(ctx, l.c.rdb, l.handKeys(), tok, value, graceArg).Err()
 }
 
 // The notifier's side of hand-offs.
