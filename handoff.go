@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -232,6 +233,33 @@ func (l *Lock) handed(h handoff) bool {
 	return time.Until(l.deadline()) >= l.ttl*minValidity/100
 }
 
+// The side keys of a Lock as command arguments: views of the Lock that
+// go-redis writes through encoding.BinaryMarshaler, so that a release
+// boxes no string per key (each would allocate). Not for the first key,
+// which go-redis reads as a string to route the command.
+type (
+	queueArg   Lock
+	fenceArg   Lock
+	waitersArg Lock
+	tookArg    Lock
+)
+
+func (a *queueArg) MarshalBinary() ([]byte, error)   { return sideBytes((*Lock)(a), 0), nil }
+func (a *fenceArg) MarshalBinary() ([]byte, error)   { return sideBytes((*Lock)(a), 1), nil }
+func (a *waitersArg) MarshalBinary() ([]byte, error) { return sideBytes((*Lock)(a), 2), nil }
+func (a *tookArg) MarshalBinary() ([]byte, error)    { return sideBytes((*Lock)(a), 3), nil }
+func (a *queueArg) String() string                   { return (*Lock)(a).sideName(0) }
+func (a *fenceArg) String() string                   { return (*Lock)(a).sideName(1) }
+func (a *waitersArg) String() string                 { return (*Lock)(a).sideName(2) }
+func (a *tookArg) String() string                    { return (*Lock)(a).sideName(3) }
+
+// sideBytes is side key i of l, as bytes that share its memory: go-redis
+// only writes them out.
+func sideBytes(l *Lock, i int) []byte {
+	name := l.sideName(i)
+	return unsafe.Slice(unsafe.StringData(name), len(name))
+}
+
 // releaseHanding is the release of a lock whose waiters queue in Redis,
 // on r: it queues this Client's waiters for the key that are not queued
 // yet, and hands the lock to the first waiter (see release.lua), telling
@@ -241,7 +269,8 @@ func (l *Lock) releaseHanding(ctx context.Context, r doer) (int64, error) {
 	sent := time.Now()
 	regs, ws := c.registrations(l.key, false, sent)
 	cmd := make([]any, 0, 10+len(regs))
-	cmd = append(cmd, "evalsha", releaseSHA, numKeys[5], l.key, l.sideName(0), l.sideName(1), l.sideName(2), l.sideName(3), l.args[0], graceArg)
+	cmd = append(cmd, "evalsha", releaseSHA, numKeys[5], l.key,
+		(*queueArg)(l), (*fenceArg)(l), (*waitersArg)(l), (*tookArg)(l), l.args[0], graceArg)
 	cmd = append(cmd, regs...)
 	res, err := evalsha(ctx, r, releaseScript, cmd).Result()
 	if err != nil {
