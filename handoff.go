@@ -103,7 +103,7 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 				}
 				return nil, opError("acquire", l.key, err)
 			}
-			pttl, err = c.queueAttempt(ctx, l, confirm)
+			pttl, err = c.queueAttempt(ctx, l, w, confirm)
 			switch {
 			case err == nil:
 				c.nowHolding(l)
@@ -145,7 +145,7 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 			if o.notify {
 				d = max(d, minFallback)
 			}
-			t = time.NewTimer(d)
+			t = time.NewTimer(min(d, c.renewDue(l.key)))
 			timer = t.C
 		}
 		select {
@@ -178,15 +178,16 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 }
 
 // queueAttempt is one attempt of a queued waiter (see wait.lua), which
-// also queues or renews every waiter of this Client for the key, except
-// when it confirms a hand-off. It returns like attempt. When it finds the
-// lock handed to another waiter of this Client, it tells that waiter.
-func (c *Client) queueAttempt(ctx context.Context, l *Lock, confirm bool) (time.Duration, error) {
+// also queues this Client's waiters for the key (see registrations),
+// except when it confirms a hand-off. It returns like attempt. When it
+// finds the lock handed to another waiter of this Client, it tells that
+// waiter.
+func (c *Client) queueAttempt(ctx context.Context, l *Lock, w *waiter, confirm bool) (time.Duration, error) {
 	sent := time.Now()
 	var regs []any
 	var ws []*waiter
 	if !confirm {
-		regs, ws = c.registrations(l.key, true, sent)
+		regs, ws = c.registrations(l.key, sent)
 	}
 	args := make([]any, 0, 4+len(regs))
 	args = append(args, l.args[0], l.args[1], l.tok(), fencedArgs[b2i(l.fenced())])
@@ -199,6 +200,12 @@ func (c *Client) queueAttempt(ctx context.Context, l *Lock, confirm bool) (time.
 	})
 	if err == nil || errors.Is(err, ErrNotAcquired) {
 		c.registered(ws)
+	}
+	if err == nil && !confirm && len(reply) == 3 {
+		// It found the lock handed to it (word of that may come too).
+		c.notify.mu.Lock()
+		c.notify.handOffLocked(w)
+		c.notify.mu.Unlock()
 	}
 	if errors.Is(err, ErrNotAcquired) && len(reply) == 5 {
 		holder, _ := reply[2].(string)
@@ -267,7 +274,7 @@ func sideBytes(l *Lock, i int) []byte {
 func (l *Lock) releaseHanding(ctx context.Context, r doer) (int64, error) {
 	c := l.c
 	sent := time.Now()
-	regs, ws := c.registrations(l.key, false, sent)
+	regs, ws := c.registrations(l.key, sent)
 	cmd := make([]any, 0, 10+len(regs))
 	cmd = append(cmd, "evalsha", releaseSHA, numKeys[5], l.key,
 		(*queueArg)(l), (*fenceArg)(l), (*waitersArg)(l), (*tookArg)(l), l.args[0], graceArg)
@@ -334,10 +341,11 @@ func (w *waiter) setLock(l *Lock) {
 }
 
 // registrations returns the arguments that queue key's waiters in Redis
-// (see register in lua/handoff.lua): every waiter (all), or those not
-// queued yet, and the waiters they are. A waiter never sent before is
-// recorded as first sent at sent.
-func (c *Client) registrations(key string, all bool, sent time.Time) ([]any, []*waiter) {
+// (see register in lua/handoff.lua), and the waiters they are: those not
+// queued yet, or every one when their registrations are due for renewal
+// (renewEvery after the last), whichever call carries them. A waiter
+// never sent before is recorded as first sent at sent.
+func (c *Client) registrations(key string, sent time.Time) ([]any, []*waiter) {
 	n := &c.notify
 	if n.handing.Load() == 0 {
 		return nil, nil
@@ -350,6 +358,10 @@ func (c *Client) registrations(key string, all bool, sent time.Time) ([]any, []*
 	}
 	var args []any
 	var ws []*waiter
+	all := !sent.Before(q.renewed.Add(renewEvery))
+	if all {
+		q.renewed = sent
+	}
 	for _, w := range q.waiters {
 		if !w.handing || !all && w.registered {
 			continue
@@ -389,6 +401,16 @@ func (c *Client) released(l *Lock, ws []*waiter) {
 	if q := n.queues[l.key]; q != nil && q.holder == l {
 		q.holder = nil
 	}
+}
+
+// renewDue is how long until key's registrations are due for renewal.
+func (c *Client) renewDue(key string) time.Duration {
+	c.notify.mu.Lock()
+	defer c.notify.mu.Unlock()
+	if q := c.notify.queues[key]; q != nil {
+		return max(time.Until(q.renewed.Add(renewEvery)), 0)
+	}
+	return 0
 }
 
 // everSent reports whether w may be queued in Redis.
@@ -445,9 +467,7 @@ func (n *notifier) deliverLocked(key, tok string, h handoff, first bool) {
 		if i == 0 && len(q.waiters) > 0 {
 			signal(q.waiters[0].turn)
 		}
-		if w.obs != nil && w.obs.HandOff != nil {
-			w.obs.HandOff(key)
-		}
+		n.handOffLocked(w)
 		select {
 		case w.hand <- h:
 		default:
@@ -475,6 +495,14 @@ func (c *Client) channels(key string) []string {
 		return []string{key}
 	}
 	return []string{key, handChannel(key, c.notify.id)}
+}
+
+// handOffLocked tells w's observer, once, that the lock was handed to it.
+func (n *notifier) handOffLocked(w *waiter) {
+	if !w.handedOff && w.obs != nil && w.obs.HandOff != nil {
+		w.handedOff = true
+		w.obs.HandOff(w.key)
+	}
 }
 
 // parseHandoff parses a notification of a direct hand-off, "<token>

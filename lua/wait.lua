@@ -5,7 +5,8 @@
 -- on, the client's waiters for the key to queue or renew (as in
 -- handoff.lua's register, the caller among them).
 --
--- Returns {1, fence} when the lock is the caller's (fence 0 unfenced);
+-- Returns {1, fence} when the lock is the caller's (fence 0 unfenced), and
+-- {1, fence, 1} when it found the lock already set for it (handed over);
 -- {0, pttl, holder, fence, now} when someone holds it for pttl more ms (-1:
 -- no expiry), where holder is the first 36 bytes of its value, fence the
 -- counter's value and now 1 if this call handed it to that waiter (the
@@ -32,8 +33,8 @@ if v == ARGV[1] then
   unqueue(ARGV[3])
   took(ARGV[3], now())
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if ARGV[4] == '1' then return {1, counter()} end
-  return {1, 0}
+  if ARGV[4] == '1' then return {1, counter(), 1} end
+  return {1, 0, 1}
 end
 local t = now()
 register(5, t)
