@@ -213,7 +213,9 @@ func (c *Client) queueAttempt(ctx context.Context, l *Lock, w *waiter, confirm b
 		if now, _ := reply[4].(int64); now == 1 {
 			c.deliver(l.key, holder, handoff{fence: fence, base: sent}, false)
 		} else {
-			c.deliver(l.key, holder, handoff{fence: fence}, true)
+			// Handed to it earlier, and word of that lost (or on its
+			// way): with no base, it confirms, which gives the fence.
+			c.deliver(l.key, holder, handoff{}, false)
 		}
 	}
 	return d, err

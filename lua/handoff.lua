@@ -33,22 +33,18 @@ end
 
 -- register queues (or renews) the waiters given from ARGV[i] on, in groups
 -- of token, ttl, fenced, client, value, in that order; not one that the lock is
--- already handed to. t is the server's time.
-local function register(i, t)
+-- already handed to (held is the key's value). t is the server's time.
+local function register(i, t, held)
   if not ARGV[i] then return end
-  local held = redis.call('GET', KEYS[1])
-  local last
+  -- New waiters queue after the last exclusive one, in the order given,
+  -- even within a ms.
+  local r = redis.call('ZREVRANGEBYSCORE', KEYS[2], '(4e15', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local last = tonumber(r[2] or '0')
   while ARGV[i] do
     local tok, value = ARGV[i], ARGV[i + 4]
     if value ~= held and not redis.call('ZSCORE', KEYS[5], tok) then
-      if not redis.call('ZSCORE', KEYS[2], tok) then
-        if not last then
-          local r = redis.call('ZREVRANGEBYSCORE', KEYS[2], '(4e15', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-          last = tonumber(r[2] or '0')
-        end
-        last = math.max(t, last + 0.01) -- keep their order, even within a ms
-        redis.call('ZADD', KEYS[2], last, tok)
-      end
+      local score = math.max(t, last + 0.01)
+      if redis.call('ZADD', KEYS[2], 'NX', score, tok) == 1 then last = score end
       redis.call('HSET', KEYS[4], tok, string.format('%d', t + WAITER_LIFE) .. ' ' .. ARGV[i + 1] .. ' ' ..
         ARGV[i + 2] .. ' ' .. ARGV[i + 3] .. ' ' .. value)
     end
@@ -67,8 +63,10 @@ end
 -- took records that token took the lock at t: it never queues again.
 local function took(tok, t)
   redis.call('ZADD', KEYS[5], t, tok)
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', t - GONE_LIFE)
   redis.call('PEXPIRE', KEYS[5], GONE_LIFE)
+  if t % 8 == 0 then -- now and then (it is kept short all the same)
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', t - GONE_LIFE)
+  end
 end
 
 -- handTo finds who comes next for the free lock, dropping stale waiters

@@ -26,5 +26,5 @@ if not ARGV[3] and redis.call('EXISTS', KEYS[2]) == 0 then
 end
 --@handoff
 local t = now()
-register(3, t)
+register(3, t, ARGV[1])
 return pass(t, ARGV[2])

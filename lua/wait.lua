@@ -8,10 +8,11 @@
 -- Returns {1, fence} when the lock is the caller's (fence 0 unfenced), and
 -- {1, fence, 1} when it found the lock already set for it (handed over);
 -- {0, pttl, holder, fence, now} when someone holds it for pttl more ms (-1:
--- no expiry), where holder is the first 36 bytes of its value, fence the
--- counter's value and now 1 if this call handed it to that waiter (the
--- lock was free); {2, ms} when it is free but reserved for another waiter
--- for ms more.
+-- no expiry), where holder is the first 36 bytes of its value, and now 1
+-- if this call handed it to that waiter (the lock was free), with its
+-- fence (else 0: a waiter that finds the lock was handed to it earlier
+-- confirms it, and learns its fence then); {2, ms} when it is free but
+-- reserved for another waiter for ms more.
 if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER') end
 
 local function counter()
@@ -37,9 +38,9 @@ if v == ARGV[1] then
   return {1, 0, 1}
 end
 local t = now()
-register(5, t)
+register(5, t, v)
 if v then
-  return {0, redis.call('PTTL', KEYS[1]), string.sub(v, 1, 36), counter(), 0}
+  return {0, redis.call('PTTL', KEYS[1]), string.sub(v, 1, 36), 0, 0}
 end
 local kind, tok, fence, ttl = handTo(t)
 if kind == 'handed' then
