@@ -189,8 +189,8 @@ func (c *Client) queueAttempt(ctx context.Context, l *Lock, w *waiter, confirm b
 	if !confirm {
 		regs, ws = c.registrations(l.key, sent)
 	}
-	args := make([]any, 0, 4+len(regs))
-	args = append(args, l.args[0], l.args[1], l.tok(), fencedArgs[b2i(l.fenced())])
+	args := make([]any, 0, 5+len(regs))
+	args = append(args, l.args[0], l.args[1], l.tok(), fencedArgs[b2i(l.fenced())], c.notify.idArg)
 	args = append(args, regs...)
 	var reply []any
 	d, err := l.attemptWith(ctx, func(r doer) *redis.Cmd {
@@ -277,9 +277,9 @@ func (l *Lock) releaseHanding(ctx context.Context, r doer) (int64, error) {
 	c := l.c
 	sent := time.Now()
 	regs, ws := c.registrations(l.key, sent)
-	cmd := make([]any, 0, 10+len(regs))
+	cmd := make([]any, 0, 11+len(regs))
 	cmd = append(cmd, "evalsha", releaseSHA, numKeys[5], l.key,
-		(*queueArg)(l), (*fenceArg)(l), (*waitersArg)(l), (*tookArg)(l), l.args[0], graceArg)
+		(*queueArg)(l), (*fenceArg)(l), (*waitersArg)(l), (*tookArg)(l), l.args[0], graceArg, c.notify.idArg)
 	cmd = append(cmd, regs...)
 	res, err := evalsha(ctx, r, releaseScript, cmd).Result()
 	if err != nil {

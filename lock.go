@@ -52,6 +52,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{opts: defaultOptions().with(opts), wait: sleep}
 	c.sched.c = c
 	c.notify.id = newToken()[:clientIDLen]
+	c.notify.idArg = c.notify.id
 	if !isNil(rdb) {
 		c.rdb = rdb
 	}

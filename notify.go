@@ -91,6 +91,7 @@ type notifier struct {
 	handing atomic.Int64           // waiters with handing set, in the queues: when 0, a release looks no further
 
 	id        string            // this Client's name in its waiters' registrations (see handChannel)
+	idArg     any               // id, boxed once as a script argument
 	handChans map[string]string // the hand-off channel of each key with a queue, to the key
 }
 

@@ -70,14 +70,15 @@ local function took(tok, t)
 end
 
 -- handTo finds who comes next for the free lock, dropping stale waiters
--- and lapsed reservations, and returns:
+-- and lapsed reservations, and returns (the hand-off is announced unless
+-- the waiter belongs to the client me, the caller's):
 --   'handed', token, fence, ttl  the lock is now that waiter's;
 --   'reserved', member, ms       reserved for another ms;
 --   'bare', token                a waiter queued without details (by an
 --                                older padlock), to be reserved for;
 --   'readers'                    only shared holds wait;
 --   nil                          nobody waits.
-local function handTo(t)
+local function handTo(t, me)
   while true do
     local f = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     if not f[1] then return nil end
@@ -97,7 +98,9 @@ local function handTo(t)
         unqueue(f[1])
         took(f[1], t)
         redis.call('SET', KEYS[1], value, 'PX', ttl)
-        announce(f[1] .. ' ' .. fence, string.sub(KEYS[2], 1, -6) .. 'to:' .. client)
+        if client ~= me then -- the caller's own client learns it from the reply
+          announce(f[1] .. ' ' .. fence, string.sub(KEYS[2], 1, -6) .. 'to:' .. client)
+        end
         return 'handed', f[1], fence, tonumber(ttl)
       end
       unqueue(f[1]) -- not renewed in time: its client is gone
@@ -109,8 +112,8 @@ end
 -- the next waiter, or else delete it (and reserve it for the grace ARGV
 -- names for a waiter queued without details, or wake the shared holds).
 -- Returns {token, fence} when handed, else 1.
-local function pass(t, grace)
-  local kind, tok, fence = handTo(t)
+local function pass(t, grace, me)
+  local kind, tok, fence = handTo(t, me)
   if kind == 'handed' then return {tok, fence} end
   redis.call('DEL', KEYS[1])
   if kind == 'readers' then

@@ -1,8 +1,9 @@
 -- wait.lua: an attempt by a waiting Acquire, fair across clients: waiters
 -- queue in Redis and a release hands the lock to the first of them (see
 -- handoff.lua, prepended). ARGV[1] the caller's value; ARGV[2] its ttl in
--- ms; ARGV[3] its token; ARGV[4] 1 if it is fenced, else 0; from ARGV[5]
--- on, the client's waiters for the key to queue or renew (as in
+-- ms; ARGV[3] its token; ARGV[4] 1 if it is fenced, else 0; ARGV[5] its
+-- client (see handoff.lua's handTo); from ARGV[6] on, the client's
+-- waiters for the key to queue or renew (as in
 -- handoff.lua's register, the caller among them).
 --
 -- Returns {1, fence} when the lock is the caller's (fence 0 unfenced), and
@@ -38,11 +39,11 @@ if v == ARGV[1] then
   return {1, 0, 1}
 end
 local t = now()
-register(5, t, v)
+register(6, t, v)
 if v then
   return {0, redis.call('PTTL', KEYS[1]), string.sub(v, 1, 36), 0, 0}
 end
-local kind, tok, fence, ttl = handTo(t)
+local kind, tok, fence, ttl = handTo(t, ARGV[5])
 if kind == 'handed' then
   if tok == ARGV[3] then return {1, fence} end
   return {0, ttl, tok, fence, 1}
