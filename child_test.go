@@ -289,17 +289,23 @@ func linChild(c *padlock.Client, rdb *redis.Client) error {
 				if limit > 0 {
 					emit(linOp{Kind: "acquire", Client: client, Call: call, Return: time.Now().UnixNano(), Fence: l.Fence()})
 				}
+				held := time.Now().UnixNano()
 				kctx, stop := l.KeepAlive(context.Background())
+				work := 500 * time.Microsecond
 				if limit > 0 {
-					semSection(kctx, store, reg, l.Fence(), client, emit)
-				} else {
-					linSection(kctx, rdb, reg, l.Fence(), client, emit)
+					work = 20 * time.Millisecond // long enough for the nemesis to pause holders, not only waiters
 				}
+				section(store, reg, l.Fence(), client, emit, work)
 				stop()
 				lost := errors.Is(context.Cause(kctx), padlock.ErrLost)
 				call = time.Now().UnixNano()
+				deadline := l.Deadline().UnixNano()
 				err = l.Release(context.Background())
 				if limit == 0 {
+					// The time it held the lock by its own reckoning: from
+					// Acquire's return to its local deadline or its
+					// Release's call, whichever came first.
+					emit(linOp{Kind: "hold", Client: client, Call: held, Return: min(deadline, call), Fence: l.Fence()})
 					continue
 				}
 				// How the place ended, for the model of the holders: a
@@ -327,14 +333,18 @@ func linChild(c *padlock.Client, rdb *redis.Client) error {
 	return nil
 }
 
-// semStore is the store of the semaphore workload: a register that
-// remembers the highest fence that read or wrote it (KEYS[1], a hash). A
-// read (ARGV[1] = "read") raises that fence to the reader's ARGV[2] and
-// returns the value; a write of ARGV[3] is applied only if no higher fence
-// has read or written since, and returns 1, else 0. Accepted writes are
-// then linearizable however many holders run at once, as long as fences
-// are unique: two holders with one fence could both write on the same
-// read, which the register model catches.
+// semStore is the store of the workloads: a register that remembers the
+// highest fence that read or wrote it (KEYS[1], a hash). A read (ARGV[1] =
+// "read") raises that fence to the reader's ARGV[2] and returns the value;
+// a write of ARGV[3] is applied only if no higher fence has read or
+// written since, and returns 1, else 0 (fence 0, unfenced: never
+// rejected). A store that checked fences on writes alone would accept a
+// stale holder's write that lands between a newer holder's read and its
+// write (a lost update no lock can prevent: it happened when a holder and
+// the waiter the lock passed to were paused and resumed together).
+// Accepted writes are linearizable however many holders run at once, as
+// long as fences are unique; whether holders overlap at all is checked
+// apart, on the times they held (see TestLinearizableUnderFaults).
 var semStore = redis.NewScript(`
 local top = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
 local f = tonumber(ARGV[2])
@@ -346,16 +356,18 @@ if f < top then return 0 end
 redis.call('HSET', KEYS[1], 'fence', f, 'value', ARGV[3])
 return 1`)
 
-// semSection is one critical section of the semaphore workload: a fenced
-// read, then a fenced write of the value plus one.
-func semSection(_ context.Context, rdb *redis.Client, reg string, fence int64, client int, emit func(linOp)) {
+// section is one critical section: a fenced read, the work (a sleep),
+// then a fenced write of the value plus one. A careless holder writes
+// even if its lease ended meanwhile, as one paused between a check and its
+// write would.
+func section(rdb *redis.Client, reg string, fence int64, client int, emit func(linOp), work time.Duration) {
 	call := time.Now().UnixNano()
 	v, err := semStore.Run(context.Background(), rdb, []string{reg}, "read", fence).Int64()
 	if err != nil {
-		return
+		return // a failed read changes nothing: no operation
 	}
 	emit(linOp{Kind: "read", Client: client, Call: call, Return: time.Now().UnixNano(), Value: v})
-	time.Sleep(20 * time.Millisecond) // long enough for the nemesis to pause holders, not only waiters
+	time.Sleep(work)
 	emit(writeOp(client, v, func() (bool, error) {
 		return semStore.Run(context.Background(), rdb, []string{reg}, "write", fence, v+1).Bool()
 	}))
@@ -376,23 +388,4 @@ func writeOp(client int, v int64, write func() (bool, error)) linOp {
 		op.Result = "rejected"
 	}
 	return op
-}
-
-// linSection is one critical section: read, then write plus one.
-func linSection(ctx context.Context, rdb *redis.Client, reg string, fence int64, client int, emit func(linOp)) {
-	call := time.Now().UnixNano()
-	s, err := rdb.HGet(context.Background(), reg, "value").Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return // a failed read changes nothing: no operation
-	}
-	v, _ := strconv.ParseInt(s, 10, 64)
-	emit(linOp{Kind: "read", Client: client, Call: call, Return: time.Now().UnixNano(), Value: v})
-	// The work of the section; then a careless holder writes even if its
-	// lease ended meanwhile (ctx), as one paused between a check and its
-	// write would.
-	time.Sleep(500 * time.Microsecond)
-	_ = ctx
-	emit(writeOp(client, v, func() (bool, error) {
-		return fencedWrite.Run(context.Background(), rdb, []string{reg}, fence, v+1).Bool()
-	}))
 }

@@ -454,7 +454,7 @@ func TestNoPermissionErrorSaysWhatToDo(t *testing.T) {
 				rule []string
 			}{
 				{"key not admitted", []string{"~other:*", "+@all"}},
-				{"script's command not admitted", []string{"~lock:*", "+@all", "-get"}},
+				{"script's command not admitted", []string{"~lock:*", "+@all", "-set"}},
 				{"script not admitted", []string{"~lock:*", "+@all", "-evalsha", "-eval"}},
 			}
 			for i, tt := range tests {

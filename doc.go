@@ -15,17 +15,23 @@
 // holder's lock; Extend never brings back a lock that has expired. TryAcquire,
 // Release, Extend and TTL cost one round trip each.
 //
-// Acquire waits without polling. A release announces itself on a channel
-// named like the key (sharded pub/sub, SPUBLISH, where the server has it);
-// each Client keeps one subscription per key it is waiting for, and its
-// waiters for a key queue first come, first served, so that a release
-// wakes one waiter, which makes one attempt. Across Clients (processes),
-// waiters also queue in Redis, in a sorted set at "key:{key}:queue": a release
-// hands the lock to the first of them for a grace of 100ms, naming it in
-// the announcement, and the others do not take it meanwhile. TryAcquire
-// does not queue and may take a lock in its grace. If an announcement is
-// lost, a waiter still wakes when the holder's lock expires (a failed
-// attempt returns the remaining ttl), and after a jittered, capped backoff.
+// Acquire waits without polling, and a lock changes hands in one round
+// trip. Waiters queue in Redis, first come, first served across processes
+// (a sorted set at "key:{key}:queue"), with what they would set; a release
+// sets the key for the first of them in the same script (its value and
+// ttl, and the next fence when it is fenced) and tells that waiter's
+// Client on a channel of its own (sharded pub/sub, SPUBLISH, where the
+// server has it). A waiter in the releasing Client learns it from the
+// release's reply, with no round trip of its own; its Deadline counts from
+// a moment known to be before the hand-off, and a waiter that waited
+// longer than its ttl confirms the lock with one round trip first. A
+// waiter whose wait ends as the lock comes to it passes it on. TryAcquire
+// does not queue: it takes a lock only when it is free. If a message is
+// lost, the first waiter of each Client also looks on a timer (the
+// holder's remaining ttl or a jittered, capped backoff, at most 300ms).
+// Multi-key locks, Redlock, semaphores, shared holds and keys with a brace
+// but no hash tag are not handed over this way: a release deletes the lock
+// and wakes the next waiter, which attempts.
 // Its attempts share one token, so an attempt whose reply was lost and that
 // go-redis sends again finds its own lock and succeeds. A call that fails
 // never leaves the lock held: when it cannot tell whether an attempt took

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,8 +36,8 @@ import (
 // waiterLife is how long a waiter's registration in Redis lasts unless
 // renewed; renewEvery is how often its Client renews it, at the least.
 const (
-	waiterLife = 3 * time.Second
-	renewEvery = time.Second
+	waiterLife = time.Second
+	renewEvery = 300 * time.Millisecond
 )
 
 // minFallback is the shortest wait of a queued waiter's timer with
@@ -102,7 +103,7 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 				}
 				return nil, opError("acquire", l.key, err)
 			}
-			pttl, err = c.queueAttempt(ctx, l, confirm)
+			pttl, err = c.queueAttempt(ctx, l, w, confirm)
 			switch {
 			case err == nil:
 				c.nowHolding(l)
@@ -144,7 +145,7 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 			if o.notify {
 				d = max(d, minFallback)
 			}
-			t = time.NewTimer(d)
+			t = time.NewTimer(min(d, c.renewDue(l.key)))
 			timer = t.C
 		}
 		select {
@@ -177,17 +178,19 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 }
 
 // queueAttempt is one attempt of a queued waiter (see wait.lua), which
-// also queues or renews every waiter of this Client for the key, except
-// when it confirms a hand-off. It returns like attempt. When it finds the
-// lock handed to another waiter of this Client, it tells that waiter.
-func (c *Client) queueAttempt(ctx context.Context, l *Lock, confirm bool) (time.Duration, error) {
+// also queues this Client's waiters for the key (see registrations),
+// except when it confirms a hand-off. It returns like attempt. When it
+// finds the lock handed to another waiter of this Client, it tells that
+// waiter.
+func (c *Client) queueAttempt(ctx context.Context, l *Lock, w *waiter, confirm bool) (time.Duration, error) {
 	sent := time.Now()
-	regs, ws := c.registrations(l.key, true, sent)
-	if confirm {
-		regs, ws = nil, nil
+	var regs []any
+	var ws []*waiter
+	if !confirm {
+		regs, ws = c.registrations(l.key, sent)
 	}
-	args := make([]any, 0, 4+len(regs))
-	args = append(args, l.args[0], l.args[1], l.tok(), fencedArgs[b2i(l.fenced())])
+	args := make([]any, 0, 5+len(regs))
+	args = append(args, l.args[0], l.args[1], l.tok(), fencedArgs[b2i(l.fenced())], c.notify.idArg)
 	args = append(args, regs...)
 	var reply []any
 	d, err := l.attemptWith(ctx, func(r doer) *redis.Cmd {
@@ -198,13 +201,21 @@ func (c *Client) queueAttempt(ctx context.Context, l *Lock, confirm bool) (time.
 	if err == nil || errors.Is(err, ErrNotAcquired) {
 		c.registered(ws)
 	}
+	if err == nil && !confirm && len(reply) == 3 {
+		// It found the lock handed to it (word of that may come too).
+		c.notify.mu.Lock()
+		c.notify.handOffLocked(w)
+		c.notify.mu.Unlock()
+	}
 	if errors.Is(err, ErrNotAcquired) && len(reply) == 5 {
 		holder, _ := reply[2].(string)
 		fence, _ := reply[3].(int64)
 		if now, _ := reply[4].(int64); now == 1 {
 			c.deliver(l.key, holder, handoff{fence: fence, base: sent}, false)
 		} else {
-			c.deliver(l.key, holder, handoff{fence: fence}, true)
+			// Handed to it earlier, and word of that lost (or on its
+			// way): with no base, it confirms, which gives the fence.
+			c.deliver(l.key, holder, handoff{}, false)
 		}
 	}
 	return d, err
@@ -231,6 +242,33 @@ func (l *Lock) handed(h handoff) bool {
 	return time.Until(l.deadline()) >= l.ttl*minValidity/100
 }
 
+// The side keys of a Lock as command arguments: views of the Lock that
+// go-redis writes through encoding.BinaryMarshaler, so that a release
+// boxes no string per key (each would allocate). Not for the first key,
+// which go-redis reads as a string to route the command.
+type (
+	queueArg   Lock
+	fenceArg   Lock
+	waitersArg Lock
+	tookArg    Lock
+)
+
+func (a *queueArg) MarshalBinary() ([]byte, error)   { return sideBytes((*Lock)(a), 0), nil }
+func (a *fenceArg) MarshalBinary() ([]byte, error)   { return sideBytes((*Lock)(a), 1), nil }
+func (a *waitersArg) MarshalBinary() ([]byte, error) { return sideBytes((*Lock)(a), 2), nil }
+func (a *tookArg) MarshalBinary() ([]byte, error)    { return sideBytes((*Lock)(a), 3), nil }
+func (a *queueArg) String() string                   { return (*Lock)(a).sideName(0) }
+func (a *fenceArg) String() string                   { return (*Lock)(a).sideName(1) }
+func (a *waitersArg) String() string                 { return (*Lock)(a).sideName(2) }
+func (a *tookArg) String() string                    { return (*Lock)(a).sideName(3) }
+
+// sideBytes is side key i of l, as bytes that share its memory: go-redis
+// only writes them out.
+func sideBytes(l *Lock, i int) []byte {
+	name := l.sideName(i)
+	return unsafe.Slice(unsafe.StringData(name), len(name))
+}
+
 // releaseHanding is the release of a lock whose waiters queue in Redis,
 // on r: it queues this Client's waiters for the key that are not queued
 // yet, and hands the lock to the first waiter (see release.lua), telling
@@ -238,9 +276,10 @@ func (l *Lock) handed(h handoff) bool {
 func (l *Lock) releaseHanding(ctx context.Context, r doer) (int64, error) {
 	c := l.c
 	sent := time.Now()
-	regs, ws := c.registrations(l.key, false, sent)
-	cmd := make([]any, 0, 10+len(regs))
-	cmd = append(cmd, "evalsha", releaseSHA, numKeys[5], l.key, l.sideName(0), l.sideName(1), l.sideName(2), l.sideName(3), l.args[0], graceArg)
+	regs, ws := c.registrations(l.key, sent)
+	cmd := make([]any, 0, 11+len(regs))
+	cmd = append(cmd, "evalsha", releaseSHA, numKeys[5], l.key,
+		(*queueArg)(l), (*fenceArg)(l), (*waitersArg)(l), (*tookArg)(l), l.args[0], graceArg, c.notify.idArg)
 	cmd = append(cmd, regs...)
 	res, err := evalsha(ctx, r, releaseScript, cmd).Result()
 	if err != nil {
@@ -271,15 +310,10 @@ func (l *Lock) releaseHanding(ctx context.Context, r doer) (int64, error) {
 func (l *Lock) leave(ctx context.Context, w *waiter) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCleanupTimeout)
 	defer cancel()
-	var tok, value string
 	l.c.notify.mu.Lock()
-	tok, value = w.token, w.value
+	tok, value := w.token, w.value
 	l.c.notify.mu.Unlock()
-	_, _ = l.c.leaveOn(ctx, l, tok, value)
-}
-
-func (c *Client) leaveOn(ctx context.Context, l *Lock, tok, value string) (int64, error) {
-	return leaveScript.Run(ctx, c.rdb, l.handKeys(), tok, value, graceArg).Int64()
+	_ = leaveScript.Run(ctx, l.c.rdb, l.handKeys(), tok, value, graceArg).Err()
 }
 
 // The notifier's side of hand-offs.
@@ -309,10 +343,11 @@ func (w *waiter) setLock(l *Lock) {
 }
 
 // registrations returns the arguments that queue key's waiters in Redis
-// (see register in lua/handoff.lua): every waiter (all), or those not
-// queued yet, and the waiters they are. A waiter never sent before is
-// recorded as first sent at sent.
-func (c *Client) registrations(key string, all bool, sent time.Time) ([]any, []*waiter) {
+// (see register in lua/handoff.lua), and the waiters they are: those not
+// queued yet, or every one when their registrations are due for renewal
+// (renewEvery after the last), whichever call carries them. A waiter
+// never sent before is recorded as first sent at sent.
+func (c *Client) registrations(key string, sent time.Time) ([]any, []*waiter) {
 	n := &c.notify
 	if n.handing.Load() == 0 {
 		return nil, nil
@@ -325,6 +360,10 @@ func (c *Client) registrations(key string, all bool, sent time.Time) ([]any, []*
 	}
 	var args []any
 	var ws []*waiter
+	all := !sent.Before(q.renewed.Add(renewEvery))
+	if all {
+		q.renewed = sent
+	}
 	for _, w := range q.waiters {
 		if !w.handing || !all && w.registered {
 			continue
@@ -364,6 +403,16 @@ func (c *Client) released(l *Lock, ws []*waiter) {
 	if q := n.queues[l.key]; q != nil && q.holder == l {
 		q.holder = nil
 	}
+}
+
+// renewDue is how long until key's registrations are due for renewal.
+func (c *Client) renewDue(key string) time.Duration {
+	c.notify.mu.Lock()
+	defer c.notify.mu.Unlock()
+	if q := c.notify.queues[key]; q != nil {
+		return max(time.Until(q.renewed.Add(renewEvery)), 0)
+	}
+	return 0
 }
 
 // everSent reports whether w may be queued in Redis.
@@ -420,9 +469,7 @@ func (n *notifier) deliverLocked(key, tok string, h handoff, first bool) {
 		if i == 0 && len(q.waiters) > 0 {
 			signal(q.waiters[0].turn)
 		}
-		if w.obs != nil && w.obs.HandOff != nil {
-			w.obs.HandOff(key)
-		}
+		n.handOffLocked(w)
 		select {
 		case w.hand <- h:
 		default:
@@ -450,6 +497,14 @@ func (c *Client) channels(key string) []string {
 		return []string{key}
 	}
 	return []string{key, handChannel(key, c.notify.id)}
+}
+
+// handOffLocked tells w's observer, once, that the lock was handed to it.
+func (n *notifier) handOffLocked(w *waiter) {
+	if !w.handedOff && w.obs != nil && w.obs.HandOff != nil {
+		w.handedOff = true
+		w.obs.HandOff(w.key)
+	}
 }
 
 // parseHandoff parses a notification of a direct hand-off, "<token>

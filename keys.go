@@ -38,15 +38,6 @@ func (l *Lock) tryKeys() []string {
 	return l.keys[:1]
 }
 
-// waitKeys are the wait script's keys: the lock, its queue, and the fence
-// counter when fenced.
-func (l *Lock) waitKeys() []string {
-	if l.fenced() {
-		return l.keys[:3]
-	}
-	return l.keys[:2]
-}
-
 // sideKeys returns the names of key's queue and fencing counter, and all
 // its side keys as one string: the queue, the fencing counter, the
 // waiters' details and the tokens that took the lock (see handoff.go).

@@ -52,6 +52,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{opts: defaultOptions().with(opts), wait: sleep}
 	c.sched.c = c
 	c.notify.id = newToken()[:clientIDLen]
+	c.notify.idArg = c.notify.id
 	if !isNil(rdb) {
 		c.rdb = rdb
 	}
@@ -120,11 +121,15 @@ func (l *Lock) lockName() any {
 // until it succeeds or ctx is done. It blocks.
 //
 // It does not poll: it queues behind earlier waiters (of this Client, and
-// of other Clients through Redis) and is woken when the lock is released
-// and handed to it; as a fallback it also wakes when the holder's lock
-// expires, and after the backoff (see WithBackoff, WithoutNotifications).
-// The same token is used for every attempt, so an attempt whose reply was
-// lost and is tried again finds its own lock and succeeds.
+// of other Clients through Redis), and the release that ends the wait sets
+// the lock for it in the same round trip (see the package documentation;
+// the returned Lock's Deadline counts from before that release). As a
+// fallback it also looks when the holder's lock expires, and after the
+// backoff (see WithBackoff, WithoutNotifications). If ctx ends just as the
+// lock is handed to it, it passes the lock on to the next waiter and
+// returns the ctx error. The same token is used for every attempt, so an
+// attempt whose reply was lost and is tried again finds its own lock and
+// succeeds.
 //
 // On success it returns the Lock. When ctx ends while it waits for another
 // holder, it returns an error that matches both ErrNotAcquired and

@@ -56,6 +56,7 @@ type waiter struct {
 	value     string       // the waiting Lock's value
 	args      [5]any       // its registration, as script arguments
 	firstSent time.Time    // when a call that queues it in Redis was first sent
+	handedOff bool         // its observer was told of the hand-off
 }
 
 // A keyQueue is the FIFO of one key's waiters, head first, and its free
@@ -69,6 +70,7 @@ type keyQueue struct {
 
 	holder      *Lock     // a Lock of this Client handed the key by a waiter, until released
 	holderUntil time.Time // and its deadline
+	renewed     time.Time // when its waiters' registrations were last all sent (see registrations)
 }
 
 // A subscriber is one pub/sub connection and the goroutine reading it.
@@ -89,6 +91,7 @@ type notifier struct {
 	handing atomic.Int64           // waiters with handing set, in the queues: when 0, a release looks no further
 
 	id        string            // this Client's name in its waiters' registrations (see handChannel)
+	idArg     any               // id, boxed once as a script argument
 	handChans map[string]string // the hand-off channel of each key with a queue, to the key
 }
 
@@ -232,9 +235,7 @@ func (n *notifier) released(key, msg string) {
 	for _, w := range q.waiters {
 		if w.token == msg {
 			signal(w.wake)
-			if w.obs != nil && w.obs.HandOff != nil {
-				w.obs.HandOff(key)
-			}
+			n.handOffLocked(w)
 			return
 		}
 	}

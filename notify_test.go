@@ -39,10 +39,21 @@ func TestWithoutNotificationsPolls(t *testing.T) {
 	require.NoError(t, err)
 	time.AfterFunc(50*time.Millisecond, func() { _ = holder.Release(context.Background()) })
 
-	ctx, cancel := context.WithTimeout(e.ctx, time.Second)
+	// A waiter without notifications polls on its backoff, but at least
+	// every 300ms, to keep its place in the queue: within 200ms it has not
+	// looked again since its first attempt.
+	ctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
 	defer cancel()
 	_, err = e.c.Acquire(ctx, e.key, time.Minute, neverPoll, padlock.WithoutNotifications())
-	require.ErrorIs(t, err, padlock.ErrNotAcquired, "without notifications the release goes unheard until the backoff")
+	require.ErrorIs(t, err, padlock.ErrNotAcquired, "without notifications the release goes unheard until the next poll")
+
+	ctx, cancel = context.WithTimeout(e.ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err := e.c.Acquire(ctx, e.key, time.Minute, neverPoll, padlock.WithoutNotifications())
+	require.NoError(t, err, "the lock is free (the first waiter passed on what it may have been handed)")
+	t.Logf("acquired after %v", time.Since(start))
+	require.NoError(t, l.Release(e.ctx))
 }
 
 // Waiters of one Client take the lock in the order they came, and each

@@ -87,7 +87,8 @@ func WithBackoff(b Backoff) Option {
 // are still announced, for other clients. The waiter still queues in Redis
 // and a release hands it the lock in its turn: it learns so at its next
 // poll, or at once when the release is made through the same Client (from
-// the release's reply).
+// the release's reply). To keep its place it polls at least every 300ms,
+// whatever the backoff.
 func WithoutNotifications() Option {
 	return optionFunc(func(o *options) { o.notify = false })
 }

@@ -61,7 +61,10 @@ func sleep(ctx context.Context, _ string, d time.Duration) error {
 }
 
 // acquireWaiting is Acquire once its arguments are checked: attempts, and
-// waits between them, until l is acquired or ctx ends.
+// waits between them, until l is acquired or ctx ends. Semaphores and
+// shared holds wait in countWaiting, and locks whose waiters queue in
+// Redis in queueWaiting (see handoff.go); what is left here is multi-key
+// locks, Redlock and keys with a brace but no hash tag.
 //
 // With notifications on, the call queues behind this Client's earlier
 // waiters for the key and does not attempt before its turn: a release wakes

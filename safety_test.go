@@ -1,6 +1,7 @@
 package padlock_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -134,10 +135,12 @@ func TestFenceCounterAcrossRestarts(t *testing.T) {
 // The linearizability check: 4 processes of 4 goroutines take one lock
 // while a nemesis pauses processes past the ttl, drops replies and adds
 // latency; in each critical section a holder reads a register in Redis and
-// writes it plus one through the fence-checking store. The history, checked
-// with porcupine against a model in which a write must follow the read it
-// was based on (no lost update), has no anomaly. The same workload without
-// fencing is run too, and its anomalies reported.
+// writes it plus one through the fence-checking store (see semStore). The
+// history, checked with porcupine against a model in which a write must
+// follow the read it was based on (no lost update), has no anomaly; and no
+// two holders' times (Acquire's return to the local deadline or Release's
+// call) overlap, fenced or not. The same workload without fencing is run
+// too, and its lost updates reported.
 func TestLinearizableUnderFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a workload of several seconds")
@@ -157,11 +160,13 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	t.Logf("fenced: %d operations (%d writes applied, %d rejected as stale, %d unknown), %d pauses: %v",
 		len(fenced.ops), fenced.applied, fenced.rejected, fenced.unknown, fenced.pauses, res)
 	require.Equal(t, porcupine.Ok, res, "the fenced history is linearizable")
+	checkExclusive(t, "fenced", fenced.holds)
 
 	unfenced := runLinWorkload(t, false, 0, unfencedFor)
 	res = porcupine.CheckOperationsTimeout(registerModel, unfenced.ops, 20*time.Second)
 	t.Logf("unfenced (reported, not asserted): %d operations, %d writes applied, final value %d: %d lost updates; porcupine: %v",
 		len(unfenced.ops), unfenced.applied, unfenced.final, unfenced.applied-unfenced.final, res)
+	checkExclusive(t, "unfenced", unfenced.holds)
 }
 
 // The same workload on a semaphore of 2 places, under the same nemesis:
@@ -252,6 +257,30 @@ type linRun struct {
 	applied, rejected, unknown int64
 	final                      int64
 	pauses                     int
+	holds                      []linOp // a lock's holders: when each held it, by its own reckoning
+}
+
+// checkExclusive fails t if two of holds overlap: a holder's time runs from
+// its Acquire's return to its local deadline or its Release's call, and the
+// next holder's Acquire may only return after that. This is what a lock
+// promises (at most one holder by Deadline); the register checks what
+// fences add.
+func checkExclusive(t *testing.T, what string, holds []linOp) {
+	t.Helper()
+	slices.SortFunc(holds, func(a, b linOp) int { return cmp.Compare(a.Call, b.Call) })
+	var prev linOp
+	overlaps := 0
+	for i, h := range holds {
+		if i > 0 && h.Call < prev.Return {
+			overlaps++
+			t.Errorf("%s: holder %d (fence %d) held from %d while holder %d (fence %d) held until %d: %v of overlap",
+				what, h.Client, h.Fence, h.Call, prev.Client, prev.Fence, prev.Return, time.Duration(prev.Return-h.Call))
+		}
+		if h.Return > prev.Return {
+			prev = h
+		}
+	}
+	t.Logf("%s: %d holds, %d overlapping", what, len(holds), overlaps)
 }
 
 // writeInput is the input of a write: the value read, and the one written.
@@ -349,6 +378,8 @@ func runLinWorkload(t *testing.T, fenced bool, limit int, d time.Duration) linRu
 				}
 				run.holders = append(run.holders, porcupine.Operation{ClientId: op.Client, Call: op.Call, Return: op.Return,
 					Input: holderInput{op.Kind, op.Fence}})
+			case op.Kind == "hold":
+				run.holds = append(run.holds, op)
 			case op.Kind == "read":
 				run.ops = append(run.ops, porcupine.Operation{ClientId: op.Client, Call: op.Call, Return: op.Return, Output: op.Value})
 			case op.Result == "rejected":

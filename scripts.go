@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -44,11 +45,17 @@ func script(name string) luaScript {
 }
 
 // handoffScript is a script that hands the lock to the next waiter: it
-// runs after lua/handoff.lua, and the constants that file uses.
+// uses lua/handoff.lua, and the constants that file uses, inserted at its
+// line "--@handoff" (or before it, without one).
 func handoffScript(name string) luaScript {
-	src := fmt.Sprintf("local QUEUE_TTL, WAITER_LIFE, GONE_LIFE = %d, %d, %d\n",
-		queueTTL.Milliseconds(), waiterLife.Milliseconds(), goneLife.Milliseconds()) +
-		source("handoff") + source(name)
+	lib := fmt.Sprintf("local QUEUE_TTL, WAITER_LIFE, GONE_LIFE = %d, %d, %d\n",
+		queueTTL.Milliseconds(), waiterLife.Milliseconds(), goneLife.Milliseconds()) + source("handoff")
+	src := source(name)
+	if before, after, ok := strings.Cut(src, "--@handoff\n"); ok {
+		src = before + lib + after
+	} else {
+		src = lib + src
+	}
 	return luaScript{redis.NewScript(src), src}
 }
 

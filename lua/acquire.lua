@@ -9,6 +9,9 @@
 -- On a server older than Redis 6.0 it changes nothing and fails with
 -- PADLOCK_UNSUPPORTED_SERVER. It uses only commands Redis 6.0 has.
 if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER') end
+if not KEYS[3] and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 0 -- the common case, in one command
+end
 local v = redis.call('GET', KEYS[1])
 if v == false then
   local fence = 0

@@ -33,22 +33,18 @@ end
 
 -- register queues (or renews) the waiters given from ARGV[i] on, in groups
 -- of token, ttl, fenced, client, value, in that order; not one that the lock is
--- already handed to. t is the server's time.
-local function register(i, t)
+-- already handed to (held is the key's value). t is the server's time.
+local function register(i, t, held)
   if not ARGV[i] then return end
-  local held = redis.call('GET', KEYS[1])
-  local last
+  -- New waiters queue after the last exclusive one, in the order given,
+  -- even within a ms.
+  local r = redis.call('ZREVRANGEBYSCORE', KEYS[2], '(4e15', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local last = tonumber(r[2] or '0')
   while ARGV[i] do
     local tok, value = ARGV[i], ARGV[i + 4]
     if value ~= held and not redis.call('ZSCORE', KEYS[5], tok) then
-      if not redis.call('ZSCORE', KEYS[2], tok) then
-        if not last then
-          local r = redis.call('ZREVRANGEBYSCORE', KEYS[2], '(4e15', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-          last = tonumber(r[2] or '0')
-        end
-        last = math.max(t, last + 0.01) -- keep their order, even within a ms
-        redis.call('ZADD', KEYS[2], last, tok)
-      end
+      local score = math.max(t, last + 0.01)
+      if redis.call('ZADD', KEYS[2], 'NX', score, tok) == 1 then last = score end
       redis.call('HSET', KEYS[4], tok, string.format('%d', t + WAITER_LIFE) .. ' ' .. ARGV[i + 1] .. ' ' ..
         ARGV[i + 2] .. ' ' .. ARGV[i + 3] .. ' ' .. value)
     end
@@ -67,19 +63,22 @@ end
 -- took records that token took the lock at t: it never queues again.
 local function took(tok, t)
   redis.call('ZADD', KEYS[5], t, tok)
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', t - GONE_LIFE)
   redis.call('PEXPIRE', KEYS[5], GONE_LIFE)
+  if t % 8 == 0 then -- now and then (it is kept short all the same)
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', t - GONE_LIFE)
+  end
 end
 
 -- handTo finds who comes next for the free lock, dropping stale waiters
--- and lapsed reservations, and returns:
+-- and lapsed reservations, and returns (the hand-off is announced unless
+-- the waiter belongs to the client me, the caller's):
 --   'handed', token, fence, ttl  the lock is now that waiter's;
 --   'reserved', member, ms       reserved for another ms;
 --   'bare', token                a waiter queued without details (by an
 --                                older padlock), to be reserved for;
 --   'readers'                    only shared holds wait;
 --   nil                          nobody waits.
-local function handTo(t)
+local function handTo(t, me)
   while true do
     local f = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     if not f[1] then return nil end
@@ -99,7 +98,9 @@ local function handTo(t)
         unqueue(f[1])
         took(f[1], t)
         redis.call('SET', KEYS[1], value, 'PX', ttl)
-        announce(f[1] .. ' ' .. fence, string.sub(KEYS[2], 1, -6) .. 'to:' .. client)
+        if client ~= me then -- the caller's own client learns it from the reply
+          announce(f[1] .. ' ' .. fence, string.sub(KEYS[2], 1, -6) .. 'to:' .. client)
+        end
         return 'handed', f[1], fence, tonumber(ttl)
       end
       unqueue(f[1]) -- not renewed in time: its client is gone
@@ -111,8 +112,8 @@ end
 -- the next waiter, or else delete it (and reserve it for the grace ARGV
 -- names for a waiter queued without details, or wake the shared holds).
 -- Returns {token, fence} when handed, else 1.
-local function pass(t, grace)
-  local kind, tok, fence = handTo(t)
+local function pass(t, grace, me)
+  local kind, tok, fence = handTo(t, me)
   if kind == 'handed' then return {tok, fence} end
   redis.call('DEL', KEYS[1])
   if kind == 'readers' then
