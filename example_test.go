@@ -381,3 +381,38 @@ func ExampleWithShared() {
 	// rewriting the config
 	// writer after they left: <nil>
 }
+
+// A preflight before deploying: is this Redis safe for locks? Check reads
+// each node's settings, probes the user's permissions and runs a full lock
+// cycle; anything of severity Danger can lose a lock silently.
+func ExampleClient_Check() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := padlock.New(rdb)
+
+	report, err := locks.Check(context.Background(), "lock:padlock-doctor")
+	if err != nil {
+		fmt.Println("Redis cannot be reached:", err)
+		return
+	}
+	fmt.Print("cycle:")
+	for _, s := range report.Cycle {
+		if s.Err != nil {
+			fmt.Print(" ", s.Name, " FAILED: ", s.Err)
+			break
+		}
+		fmt.Print(" ", s.Name)
+	}
+	fmt.Println()
+	for _, f := range report.Findings { // most severe first
+		fmt.Printf("%s [%s]: %s\n", f.Severity, f.Topic, f.Problem)
+	}
+	fmt.Println("safe for locks:", !report.HasDanger())
+	// (miniredis answers INFO with almost nothing, so its settings are not
+	// checked; on a real Redis, each node's are.)
+
+	// Output:
+	// cycle: inspect acquire extend ttl wait fence release inspect
+	// info [settings]: not checked: server, replication, persistence, memory, cluster, appendfsync (INFO or CONFIG GET refused to this user, or unknown to the server)
+	// safe for locks: true
+}

@@ -111,3 +111,17 @@ func (l *Lock) pttlCall() (luaScript, []string) {
 	}
 	return pttlScript, l.keys[:1]
 }
+
+// sideNames are the names (see sideKey) of every side key any kind of lock
+// writes.
+var sideNames = []string{"queue", "fence", "waiters", "took", "shared", "seen", "fences"}
+
+// allSideKeys returns every side key that any kind of lock on key may
+// have written.
+func allSideKeys(key string) []string {
+	keys := make([]string, len(sideNames))
+	for i, name := range sideNames {
+		keys[i] = sideKey(key, name)
+	}
+	return keys
+}

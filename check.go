@@ -1,0 +1,580 @@
+package padlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Severity ranks a Finding of Check.
+type Severity int
+
+// The severities, least severe first.
+const (
+	// Info is a fact worth knowing; nothing to fix.
+	Info Severity = iota
+	// Warning is a setting that makes locks weaker than they could be.
+	Warning
+	// Danger is a setting or a failure under which a lock or a fence can
+	// be lost silently, or under which locks do not work at all.
+	Danger
+)
+
+// String returns "info", "warning" or "danger".
+func (s Severity) String() string {
+	switch s {
+	case Info:
+		return "info"
+	case Warning:
+		return "warning"
+	case Danger:
+		return "danger"
+	}
+	return "severity(" + strconv.Itoa(int(s)) + ")"
+}
+
+// MarshalText encodes s as its String, for JSON.
+func (s Severity) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// A Report is what Check found out about a deployment.
+type Report struct {
+	Key      string     // the key the cycle ran on
+	Nodes    []NodeInfo // every node the Client's locks live on
+	Cycle    []Step     // the lock cycle's steps, in order (empty if it could not start)
+	Findings []Finding  // most severe first
+}
+
+// HasDanger reports whether any finding is a Danger.
+func (r Report) HasDanger() bool {
+	return slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Severity == Danger })
+}
+
+// NodeInfo is what Check read of one node: a standalone server, a master of
+// a Cluster, or a Redlock node. A fact in NotChecked was not readable (INFO
+// or CONFIG refused to the Client's user, as on many managed services) and
+// holds its zero value.
+type NodeInfo struct {
+	Addr            string   // host:port
+	Server          string   // "redis" or "valkey"
+	Version         string   // the server's own version ("8.0.1" for Valkey 8.0.1)
+	Role            string   // "master" or "replica"
+	Replicas        int      // replicas connected to it
+	Cluster         bool     // cluster mode is on
+	ShardedPubSub   bool     // SPUBLISH and SSUBSCRIBE exist (Redis 7.0+, Valkey)
+	AOF             bool     // appendonly yes
+	AppendFsync     string   // "always", "everysec" or "no"
+	MaxMemory       int64    // bytes; 0 for no limit
+	MaxMemoryPolicy string   // "noeviction", "volatile-lru", ...
+	NotChecked      []string // facts not read: "server", "replication", "persistence", "memory", "cluster", "appendfsync"
+	Err             error    // why the node could not be reached, or nil
+}
+
+// A Step is one step of Check's lock cycle.
+type Step struct {
+	Name string        // "acquire", "extend", "ttl", "wait", "fence", "release", "inspect"
+	Took time.Duration // how long it took
+	Err  error         // nil if it worked
+}
+
+// A Finding is one thing Check found that matters for locks.
+type Finding struct {
+	Severity Severity
+	Node     string // the node's address, or "" for the deployment as a whole
+	Topic    string // "eviction", "persistence", "replication", "acl", "cycle", "server", "settings" or "key"
+	Problem  string // what can go wrong, in one sentence
+	Fix      string // what to set to fix it ("" when there is nothing to fix)
+}
+
+// checkTTL is the ttl of the locks of Check's cycle, and checkWait how long
+// its waiter may wait for the release.
+const (
+	checkTTL  = 10 * time.Second
+	checkWait = 5 * time.Second
+)
+
+// Check is a preflight of the deployment the Client talks to: it reads each
+// node's server, version, role, replicas, persistence and memory settings
+// (every master of a Cluster, every node of a Redlock), checks that the
+// Client's Redis user may run every command padlock uses, and runs a full
+// lock cycle on key as that user: acquire (fenced, except on a Redlock),
+// extend, ttl, a waiter in a second Client queued and handed the lock by the
+// release, its fence, release and inspect. It blocks until done, a few
+// round trips and one hand-off.
+//
+// It writes nothing but key and its side keys, and deletes them before it
+// returns, also when the cycle failed; a key that is in use (held, waited
+// for, or with a fence counter) is not touched, and the cycle is skipped
+// with a finding. Use a key of its own, like "lock:padlock-doctor".
+//
+// Settings the user may not read are listed as not checked, never an
+// error. Check returns an error only for bad input (ErrInvalid) or when no
+// node can be reached (wrapped); the Report then holds what was found.
+func (c *Client) Check(ctx context.Context, key string) (Report, error) {
+	r := Report{Key: key}
+	if _, err := c.check(ctx, key, time.Millisecond); err != nil {
+		return r, err
+	}
+	if !queueable(key) {
+		return r, fmt.Errorf("%w: Check needs a key with a hash tag or without braces, got %q", ErrInvalid, key)
+	}
+	nodes, err := c.checkNodes(ctx)
+	if err != nil {
+		return r, fmt.Errorf("padlock: check: %w", err)
+	}
+	r.Nodes = make([]NodeInfo, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { r.Nodes[i] = readNode(ctx, n) })
+	}
+	wg.Wait()
+	reached := 0
+	for _, n := range r.Nodes {
+		if n.Err == nil {
+			reached++
+		}
+	}
+	if reached == 0 {
+		return r, fmt.Errorf("padlock: check: no node can be reached: %w", r.Nodes[0].Err)
+	}
+	for _, n := range r.Nodes {
+		r.Findings = append(r.Findings, c.nodeFindings(n)...)
+	}
+	if c.nodes != nil && reached < c.quorum() {
+		r.Findings = append(r.Findings, Finding{Severity: Danger, Topic: "server",
+			Problem: fmt.Sprintf("only %d of %d Redlock nodes answer, fewer than the quorum of %d: no lock can be taken", reached, len(r.Nodes), c.quorum()),
+			Fix:     "bring the unreachable nodes back"})
+	}
+	if ctx.Err() == nil {
+		r.Findings = append(r.Findings, c.checkCommands(ctx, key, nodes, r.Nodes)...)
+		r.Cycle, r.Findings = c.checkCycle(ctx, key, r.Findings)
+	}
+	slices.SortStableFunc(r.Findings, func(a, b Finding) int { return int(b.Severity) - int(a.Severity) })
+	return r, nil
+}
+
+// checkNodes returns a client for every node the Client's locks live on.
+func (c *Client) checkNodes(ctx context.Context) ([]*redis.Client, error) {
+	var all []redis.UniversalClient
+	if c.nodes != nil {
+		all = c.nodes
+	} else {
+		all = []redis.UniversalClient{c.rdb}
+	}
+	var out []*redis.Client
+	var mu sync.Mutex
+	collect := func(_ context.Context, n *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		out = append(out, n)
+		return nil
+	}
+	for _, u := range all {
+		switch u := u.(type) {
+		case *redis.Client:
+			out = append(out, u)
+		case *redis.ClusterClient:
+			if err := u.ForEachMaster(ctx, collect); err != nil {
+				return nil, fmt.Errorf("the Cluster's masters: %w", err)
+			}
+		case *redis.Ring:
+			if err := u.ForEachShard(ctx, collect); err != nil {
+				return nil, fmt.Errorf("the Ring's shards: %w", err)
+			}
+		default:
+			return nil, fmt.Errorf("%w: Check on a %T", ErrUnsupported, u)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *redis.Client) int { return strings.Compare(a.Options().Addr, b.Options().Addr) })
+	return out, nil
+}
+
+// readNode reads what Check reports of one node: INFO, and CONFIG GET
+// appendfsync.
+func readNode(ctx context.Context, rdb *redis.Client) NodeInfo {
+	n := NodeInfo{Addr: rdb.Options().Addr}
+	text, err := rdb.Info(ctx).Result()
+	if err != nil && !isRedisError(err) {
+		n.Err = err
+		return n
+	}
+	info := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			info[k] = v
+		}
+	}
+	// Each section's fact, read if its field is there.
+	if v, ok := info["redis_version"]; ok {
+		n.Server, n.Version = "redis", v
+		if info["server_name"] == "valkey" {
+			n.Server, n.Version = "valkey", info["valkey_version"]
+		}
+		var major int
+		_, _ = fmt.Sscanf(v, "%d.", &major)
+		n.ShardedPubSub = major >= 7 // Valkey reports the Redis version it is compatible with, 7.2 or later
+	} else {
+		n.NotChecked = append(n.NotChecked, "server")
+	}
+	if v, ok := info["role"]; ok {
+		n.Role = strings.Replace(v, "slave", "replica", 1)
+		n.Replicas, _ = strconv.Atoi(info["connected_slaves"])
+	} else {
+		n.NotChecked = append(n.NotChecked, "replication")
+	}
+	if v, ok := info["aof_enabled"]; ok {
+		n.AOF = v == "1"
+	} else {
+		n.NotChecked = append(n.NotChecked, "persistence")
+	}
+	if v, ok := info["maxmemory"]; ok {
+		n.MaxMemory, _ = strconv.ParseInt(v, 10, 64)
+		n.MaxMemoryPolicy = info["maxmemory_policy"]
+	} else {
+		n.NotChecked = append(n.NotChecked, "memory")
+	}
+	if v, ok := info["cluster_enabled"]; ok {
+		n.Cluster = v == "1"
+	} else {
+		n.NotChecked = append(n.NotChecked, "cluster")
+	}
+	if kv, err := rdb.ConfigGet(ctx, "appendfsync").Result(); err == nil && kv["appendfsync"] != "" {
+		n.AppendFsync = kv["appendfsync"]
+	} else {
+		n.NotChecked = append(n.NotChecked, "appendfsync")
+	}
+	return n
+}
+
+// Servers and versions that padlock's CI tests; newer ones are expected to
+// work.
+var testedUpTo = map[string][2]int{"redis": {8, 0}, "valkey": {8, 0}}
+
+// nodeFindings are the findings about one node's settings.
+func (c *Client) nodeFindings(n NodeInfo) []Finding {
+	var fs []Finding
+	add := func(s Severity, topic, problem, fix string) {
+		fs = append(fs, Finding{Severity: s, Node: n.Addr, Topic: topic, Problem: problem, Fix: fix})
+	}
+	if n.Err != nil {
+		sev := Danger
+		if c.nodes != nil {
+			sev = Warning // a Redlock survives a minority; the quorum is checked apart
+		}
+		add(sev, "server", fmt.Sprintf("the node cannot be reached: %v", n.Err), "check the address, the network and that the server runs")
+		return fs
+	}
+	if len(n.NotChecked) > 0 {
+		add(Info, "settings", fmt.Sprintf("not checked: %s (INFO or CONFIG GET refused to this user, or unknown to the server)", strings.Join(n.NotChecked, ", ")),
+			"check these settings with your provider, or run Check as a user allowed +info and +config|get")
+	}
+	if n.Version != "" {
+		var major, minor int
+		_, _ = fmt.Sscanf(n.Version, "%d.%d", &major, &minor)
+		switch up := testedUpTo[n.Server]; {
+		case n.Server == "redis" && major < 6:
+			add(Danger, "server", fmt.Sprintf("Redis %s is too old: every padlock call fails with ErrUnsupported", n.Version), "upgrade to Redis 6.0 or later, or Valkey 7.2 or later")
+		case major > up[0] || major == up[0] && minor > up[1]:
+			add(Info, "server", fmt.Sprintf("%s %s is newer than the releases padlock's CI tests (up to %d.%d); it is expected to work", n.Server, n.Version, up[0], up[1]), "")
+		}
+	}
+	switch {
+	case n.MaxMemory > 0 && strings.HasPrefix(n.MaxMemoryPolicy, "allkeys-"):
+		add(Danger, "eviction", fmt.Sprintf("maxmemory-policy %s evicts any key under memory pressure: a held lock (a second holder gets it) and a fence counter (fences start again at 1)", n.MaxMemoryPolicy),
+			"CONFIG SET maxmemory-policy noeviction, or keep locks on a Redis of their own without maxmemory")
+	case n.MaxMemory > 0 && strings.HasPrefix(n.MaxMemoryPolicy, "volatile-"):
+		add(Danger, "eviction", fmt.Sprintf("maxmemory-policy %s evicts keys with a TTL under memory pressure, and every held lock has one: a second holder can get a lock that is still held", n.MaxMemoryPolicy),
+			"CONFIG SET maxmemory-policy noeviction, or keep locks on a Redis of their own without maxmemory")
+	}
+	switch {
+	case slices.Contains(n.NotChecked, "persistence"):
+	case !n.AOF:
+		add(Warning, "persistence", "appendonly is off: a restart loses every lock (a second holder can take one that is still in use) and resets every fence counter",
+			"CONFIG SET appendonly yes and appendfsync always (or restart no sooner than the longest lock ttl)")
+	case n.AppendFsync == "everysec" || n.AppendFsync == "no":
+		add(Warning, "persistence", fmt.Sprintf("appendfsync %s: a crash can lose the locks and fences of the last second or more", n.AppendFsync),
+			"CONFIG SET appendfsync always")
+	}
+	want := c.opts.replicas
+	switch {
+	case n.Role == "replica":
+		add(Danger, "replication", "the Client talks to a replica: every acquire fails (replicas refuse writes)", "point the Client at the primary")
+	case n.Replicas > 0 && want == 0:
+		add(Warning, "replication", fmt.Sprintf("the primary has %d replica(s) and the Client does not wait for them: a failover to a replica that had not received a lock yet gives it to a second holder", n.Replicas),
+			fmt.Sprintf("padlock.WithReplicas(%d, timeout) on the Client, and fencing for writes that must not overlap", n.Replicas))
+	case want > n.Replicas && !slices.Contains(n.NotChecked, "replication"):
+		add(Danger, "replication", fmt.Sprintf("WithReplicas(%d) waits for %d replica(s) and the primary has %d: every acquire fails with ErrNotReplicated", want, want, n.Replicas),
+			fmt.Sprintf("attach replicas, or use WithReplicas(%d, timeout)", n.Replicas))
+	}
+	if n.Cluster && !n.ShardedPubSub && !slices.Contains(n.NotChecked, "server") {
+		add(Info, "server", "a Cluster without sharded pub/sub (before Redis 7.0): every release notification goes to every node", "upgrade to Redis 7.0 or later")
+	}
+	return fs
+}
+
+// aclCommands are the commands padlock sends, directly or from its
+// scripts: the README's minimal ACL rule admits exactly these (a test
+// holds the two together). Each is probed by Check.
+var aclCommands = []string{
+	"evalsha", "eval", "script|load", "get", "set", "del", "exists", "type", "pexpire", "pttl", "incr", "time",
+	"zadd", "zrem", "zpopmin", "zrange", "zrangebyscore", "zrevrangebyscore", "zremrangebyscore", "zscore", "zcard", "zrank", "zcount",
+	"hset", "hget", "hdel", "publish", "spublish", "subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "ping", "hello",
+}
+
+// A probe is the harmless call Check makes to see whether the user may
+// run a command.
+type probe struct {
+	cmd  string // as in aclCommands
+	args []any
+}
+
+// probes are the calls Check makes, in order, on keys p, z (a sorted set)
+// and h (a hash) of its own, deleted by the last. Subscriptions are probed
+// on a connection of their own; unsubscribe and sunsubscribe are not
+// probed, and hello is sent by go-redis on every connection (which goes on
+// without it if refused).
+func probes(p, z, h string) []probe {
+	one := "return 1"
+	ttl := checkTTL.Milliseconds()
+	return []probe{
+		{"script|load", []any{"script", "load", one}}, {"evalsha", []any{"evalsha", redis.NewScript(one).Hash(), 0}},
+		{"eval", []any{"eval", one, 0}}, {"time", []any{"time"}}, {"ping", []any{"ping"}},
+		{"set", []any{"set", p, "1", "px", ttl}}, {"get", []any{"get", p}}, {"exists", []any{"exists", p}},
+		{"type", []any{"type", p}}, {"incr", []any{"incr", p}}, {"pexpire", []any{"pexpire", p, ttl}}, {"pttl", []any{"pttl", p}},
+		{"zadd", []any{"zadd", z, 1, "m"}}, {"zscore", []any{"zscore", z, "m"}}, {"zrank", []any{"zrank", z, "m"}},
+		{"zcard", []any{"zcard", z}}, {"zcount", []any{"zcount", z, "-inf", "+inf"}}, {"zrange", []any{"zrange", z, 0, -1}},
+		{"zrangebyscore", []any{"zrangebyscore", z, "-inf", "+inf"}}, {"zrevrangebyscore", []any{"zrevrangebyscore", z, "+inf", "-inf"}},
+		{"zremrangebyscore", []any{"zremrangebyscore", z, 5, 5}}, {"zrem", []any{"zrem", z, "m"}}, {"zpopmin", []any{"zpopmin", z}},
+		{"hset", []any{"hset", h, "f", "v"}}, {"hget", []any{"hget", h, "f"}}, {"hdel", []any{"hdel", h, "f"}},
+		{"publish", []any{"publish", p, "padlock-check"}}, {"spublish", []any{"spublish", p, "padlock-check"}},
+		{"del", []any{"del", p, z, h}},
+	}
+}
+
+// refusal says what a NOPERM message refuses: access to the lock's keys,
+// to its channels, or the command itself ("").
+func refusal(msg string) string {
+	m := strings.ToLower(msg)
+	switch {
+	case strings.Contains(m, "channel"):
+		return "channel"
+	case strings.Contains(m, "access a key") || strings.Contains(m, "of the keys"):
+		return "key"
+	}
+	return ""
+}
+
+// checkCommands probes every command padlock uses, as the Client's user,
+// on each node, and returns a Danger finding for each refused one.
+func (c *Client) checkCommands(ctx context.Context, key string, nodes []*redis.Client, infos []NodeInfo) []Finding {
+	p, z, h := sideKey(key, "check"), sideKey(key, "check-z"), sideKey(key, "check-h")
+	var targets []redis.UniversalClient
+	var names []string
+	if c.nodes != nil {
+		for i, n := range nodes {
+			if infos[i].Err == nil {
+				targets, names = append(targets, n), append(names, infos[i].Addr)
+			}
+		}
+	} else {
+		targets, names = []redis.UniversalClient{c.rdb}, []string{""}
+	}
+	var fs []Finding
+	for i, r := range targets {
+		refused := map[string]string{}
+		pipe := r.Pipeline()
+		ps := probes(p, z, h)
+		cmds := make([]*redis.Cmd, len(ps))
+		for j, pr := range ps {
+			cmds[j] = pipe.Do(ctx, pr.args...)
+		}
+		_, _ = pipe.Exec(ctx)
+		for j, cmd := range cmds {
+			if err := cmd.Err(); err != nil && isPermissionError(err.Error()) {
+				refused[ps[j].cmd] = err.Error()
+			}
+		}
+		for _, name := range []string{"ssubscribe", "subscribe"} {
+			if err := probeSubscribe(ctx, r, name, p); err != nil && isPermissionError(err.Error()) {
+				refused[name] = err.Error()
+			}
+		}
+		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		r.Del(cleanupCtx, p, z, h)
+		cancel()
+		said := map[string]bool{}
+		for _, name := range aclCommands { // in the rule's order
+			msg, ok := refused[name]
+			if !ok {
+				continue
+			}
+			f := Finding{Severity: Danger, Node: names[i], Topic: "acl"}
+			what := refusal(msg)
+			switch {
+			case said[what]:
+				continue
+			case what == "key":
+				f.Problem = fmt.Sprintf("the Redis user may not use the key %q and the keys beginning with it (%s): its locks cannot be taken", key, msg)
+				f.Fix = fmt.Sprintf("admit the keys: ~%s* (or a pattern that covers it, like the README's ~lock:*)", key)
+			case what == "channel":
+				f.Problem = fmt.Sprintf("the Redis user may not use the channels named like %q (%s): its waiters are not woken by releases", key, msg)
+				f.Fix = fmt.Sprintf("admit the channels: &%s* (or a pattern that covers them, like the README's &lock:*)", key)
+			default:
+				f.Problem = fmt.Sprintf("the Redis user may not run %s (%s): the locks that need it fail, or their waiters are not woken", strings.ToUpper(name), msg)
+				f.Fix = fmt.Sprintf("add +%s to the user's rule (the README's minimal ACL rule has it)", name)
+			}
+			if what != "" {
+				said[what] = true
+			}
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+// probeSubscribe subscribes to channel with the command name (subscribe or
+// ssubscribe) on its own connection, and unsubscribes. A server that does
+// not know the command is not an error.
+func probeSubscribe(ctx context.Context, r redis.UniversalClient, name, channel string) error {
+	ctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+	defer cancel()
+	var ps *redis.PubSub
+	if name == "ssubscribe" {
+		ps = r.SSubscribe(ctx, channel)
+	} else {
+		ps = r.Subscribe(ctx, channel)
+	}
+	defer ps.Close()
+	_, err := ps.Receive(ctx)
+	if err != nil && isUnknownCommand(err) {
+		return nil
+	}
+	return err
+}
+
+// checkCycle runs the lock cycle on key with two Clients like c (without
+// its observer): a holder, and a waiter that the holder's release hands
+// the lock to. It returns the steps and findings with the cycle's added.
+func (c *Client) checkCycle(ctx context.Context, key string, fs []Finding) ([]Step, []Finding) {
+	var steps []Step
+	step := func(name string, f func() error) bool {
+		start := time.Now()
+		err := f()
+		steps = append(steps, Step{Name: name, Took: time.Since(start), Err: err})
+		if err != nil {
+			fs = append(fs, Finding{Severity: Danger, Topic: "cycle",
+				Problem: fmt.Sprintf("the lock cycle failed at %s: %v", name, err),
+				Fix:     "see the other findings; an ACL refusal names the permission to add"})
+		}
+		return err == nil
+	}
+	holder, waiter := c.sibling(), c.sibling()
+	defer holder.Close()
+	defer waiter.Close()
+
+	var before LockInfo
+	if !step("inspect", func() (err error) { before, err = holder.Inspect(ctx, key); return err }) {
+		return steps, fs
+	}
+	if before.Held || before.Fence != 0 || before.Waiting != 0 {
+		fs = append(fs, Finding{Severity: Warning, Topic: "key",
+			Problem: fmt.Sprintf("%q is in use (held, waited for, or with a fence counter): the lock cycle did not run, and nothing was changed", key),
+			Fix:     "run Check on a key of its own, such as lock:padlock-doctor"})
+		return steps, fs
+	}
+	defer c.checkCleanup(ctx, key)
+
+	var opts []Option
+	if c.nodes == nil {
+		opts = append(opts, WithFencing())
+	}
+	var first, second *Lock
+	if !step("acquire", func() (err error) { first, err = holder.TryAcquire(ctx, key, checkTTL, opts...); return err }) {
+		return steps, fs
+	}
+	defer first.Release(context.WithoutCancel(ctx))
+	if !step("extend", func() error { return first.Extend(ctx, checkTTL) }) {
+		return steps, fs
+	}
+	if !step("ttl", func() error { _, err := first.TTL(ctx); return err }) {
+		return steps, fs
+	}
+	ok := step("wait", func() error {
+		wctx, cancel := context.WithTimeout(ctx, checkWait)
+		defer cancel()
+		got := make(chan error, 1)
+		go func() {
+			var err error
+			second, err = waiter.Acquire(wctx, key, checkTTL, append(opts, WithBackoff(ExponentialBackoff(checkWait, checkWait)))...)
+			got <- err
+		}()
+		// Release once the waiter is queued (or after a while: it may
+		// wait inside its Client alone).
+		for range 100 {
+			info, err := holder.Inspect(ctx, key)
+			if err != nil || info.Waiting > 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := first.Release(ctx); err != nil {
+			cancel()
+			<-got
+			return fmt.Errorf("the holder's release: %w", err)
+		}
+		if err := <-got; err != nil {
+			return fmt.Errorf("a waiter in another Client was not handed the lock within %v of the release: %w", checkWait, err)
+		}
+		return nil
+	})
+	if !ok {
+		return steps, fs
+	}
+	defer second.Release(context.WithoutCancel(ctx))
+	if c.nodes == nil && !step("fence", func() error {
+		if second.Fence() <= first.Fence() {
+			return fmt.Errorf("the second holder's fence %d is not above the first's %d", second.Fence(), first.Fence())
+		}
+		return nil
+	}) {
+		return steps, fs
+	}
+	if !step("release", func() error { return second.Release(ctx) }) {
+		return steps, fs
+	}
+	step("inspect", func() error {
+		info, err := holder.Inspect(ctx, key)
+		if err == nil && info.Held {
+			err = fmt.Errorf("still held after the release")
+		}
+		return err
+	})
+	return steps, fs
+}
+
+// sibling returns a new Client with c's connections and defaults but no
+// observer, for Check's cycle.
+func (c *Client) sibling() *Client {
+	s := New(c.rdb)
+	s.opts, s.nodes = c.opts, c.nodes
+	s.opts.obs = nil
+	return s
+}
+
+// checkCleanup deletes key and every side key of it on every node.
+func (c *Client) checkCleanup(ctx context.Context, key string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	keys := append([]string{key}, allSideKeys(key)...)
+	for _, r := range c.pubsubNodes() {
+		if err := r.Del(ctx, keys...).Err(); err != nil && !errors.Is(err, redis.Nil) {
+			continue // the ttls free the lock; the fence counter stays
+		}
+	}
+}

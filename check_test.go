@@ -1,0 +1,378 @@
+package padlock_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/redistest"
+)
+
+// findings returns the report's findings on topic.
+func findings(r padlock.Report, topic string) []padlock.Finding {
+	var out []padlock.Finding
+	for _, f := range r.Findings {
+		if f.Topic == topic {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// logReport writes the report to the test log, as padlock doctor would.
+func logReport(t *testing.T, r padlock.Report) {
+	t.Helper()
+	for _, n := range r.Nodes {
+		t.Logf("node %s: %s %s role=%s replicas=%d aof=%v fsync=%s maxmemory=%d/%s cluster=%v not checked=%v err=%v",
+			n.Addr, n.Server, n.Version, n.Role, n.Replicas, n.AOF, n.AppendFsync, n.MaxMemory, n.MaxMemoryPolicy, n.Cluster, n.NotChecked, n.Err)
+	}
+	for _, s := range r.Cycle {
+		t.Logf("step %s: %v (%v)", s.Name, s.Err, s.Took.Round(time.Millisecond))
+	}
+	for _, f := range r.Findings {
+		t.Logf("%s [%s] %s: %s -- fix: %s", f.Severity, f.Topic, f.Node, f.Problem, f.Fix)
+	}
+}
+
+// cycleOK asserts that every step of the lock cycle ran and worked.
+func cycleOK(t *testing.T, r padlock.Report, fenced bool) {
+	t.Helper()
+	var names []string
+	for _, s := range r.Cycle {
+		assert.NoError(t, s.Err, s.Name)
+		names = append(names, s.Name)
+	}
+	want := []string{"inspect", "acquire", "extend", "ttl", "wait", "fence", "release", "inspect"}
+	if !fenced {
+		want = slices.DeleteFunc(want, func(s string) bool { return s == "fence" })
+	}
+	assert.Equal(t, want, names)
+}
+
+// noKeysLeft asserts that the server holds no key at all: Check deletes
+// what it wrote.
+func noKeysLeft(t *testing.T, admin *redis.Client) {
+	t.Helper()
+	keys, err := admin.Keys(context.Background(), "*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys, "Check left keys behind")
+}
+
+// Each setting that makes locks unsafe is found, on every server of the
+// matrix, and a deployment without them gets no finding about them; the
+// cycle runs every time, and leaves nothing behind.
+func TestCheckFindsUnsafeSettings(t *testing.T) {
+	t.Parallel()
+	for _, bin := range redistest.Servers(t) {
+		t.Run(filepath.Base(bin), func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, redistest.WithBinary(bin))
+			admin := srv.Client()
+			c := padlock.New(srv.Client())
+			defer c.Close()
+			ctx := t.Context()
+			tests := []struct {
+				name     string
+				config   []string // CONFIG SET name value ...
+				topic    string   // the finding expected, "" for none on eviction and persistence
+				severity padlock.Severity
+				says     []string // words its Problem has
+			}{
+				{"volatile-lru", []string{"maxmemory", "100mb", "maxmemory-policy", "volatile-lru", "appendonly", "yes", "appendfsync", "always"},
+					"eviction", padlock.Danger, []string{"volatile-lru", "held lock"}},
+				{"allkeys-lru", []string{"maxmemory", "100mb", "maxmemory-policy", "allkeys-lru", "appendonly", "yes", "appendfsync", "always"},
+					"eviction", padlock.Danger, []string{"allkeys-lru", "held lock", "fence counter"}},
+				{"noeviction, always", []string{"maxmemory", "100mb", "maxmemory-policy", "noeviction", "appendonly", "yes", "appendfsync", "always"},
+					"", 0, nil},
+				{"appendonly no", []string{"maxmemory", "0", "maxmemory-policy", "noeviction", "appendonly", "no"},
+					"persistence", padlock.Warning, []string{"appendonly is off", "restart"}},
+				{"everysec", []string{"appendonly", "yes", "appendfsync", "everysec"},
+					"persistence", padlock.Warning, []string{"everysec", "crash"}},
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					for i := 0; i < len(tt.config); i += 2 {
+						require.NoError(t, admin.ConfigSet(ctx, tt.config[i], tt.config[i+1]).Err(), tt.config[i])
+					}
+					r, err := c.Check(ctx, "lock:doctor")
+					require.NoError(t, err)
+					logReport(t, r)
+					require.Len(t, r.Nodes, 1)
+					assert.Equal(t, srv.Addr(), r.Nodes[0].Addr)
+					assert.Empty(t, r.Nodes[0].NotChecked)
+					assert.Equal(t, "master", r.Nodes[0].Role)
+					cycleOK(t, r, true)
+					noKeysLeft(t, admin)
+					assert.Empty(t, findings(r, "acl"))
+					for _, topic := range []string{"eviction", "persistence"} {
+						fs := findings(r, topic)
+						if topic != tt.topic {
+							assert.Empty(t, fs, topic)
+							continue
+						}
+						require.Len(t, fs, 1, topic)
+						assert.Equal(t, tt.severity, fs[0].Severity)
+						assert.Equal(t, srv.Addr(), fs[0].Node)
+						assert.NotEmpty(t, fs[0].Fix)
+						for _, w := range tt.says {
+							assert.Contains(t, fs[0].Problem, w)
+						}
+					}
+					assert.Equal(t, tt.severity == padlock.Danger, r.HasDanger())
+					if len(r.Findings) > 1 {
+						assert.GreaterOrEqual(t, r.Findings[0].Severity, r.Findings[len(r.Findings)-1].Severity, "most severe first")
+					}
+				})
+			}
+		})
+	}
+}
+
+// An ACL user with the README's rule less one command gets a Danger
+// finding that names the command, on every server of the matrix, whether
+// the command is sent directly or from a script; the full rule gets none.
+func TestCheckNamesTheMissingPermission(t *testing.T) {
+	t.Parallel()
+	for _, bin := range redistest.Servers(t) {
+		t.Run(filepath.Base(bin), func(t *testing.T) {
+			t.Parallel()
+			s := startMatrixServer(t, bin)
+			ctx := t.Context()
+			full := s.minimalACL(t)
+			missing := []string{"", "+incr", "+zadd", "+pexpire", "+evalsha", "+hset", "+publish"}
+			if s.hasShardedPubSub() {
+				missing = append(missing, "+spublish", "+ssubscribe")
+			} else {
+				missing = append(missing, "+subscribe")
+			}
+			if s.hasChannelACLs() {
+				missing = append(missing, "&lock:*")
+			}
+			for i, m := range missing {
+				name := strings.TrimLeft(m, "+&")
+				if m == "" {
+					name = "none"
+				}
+				t.Run(name, func(t *testing.T) {
+					rule := slices.DeleteFunc(slices.Clone(full), func(r string) bool { return r == m })
+					require.Len(t, rule, len(full)-min(len(m), 1))
+					c := padlock.New(s.user(t, fmt.Sprintf("u%d", i), rule))
+					defer c.Close()
+					r, err := c.Check(ctx, "lock:doctor")
+					require.NoError(t, err)
+					logReport(t, r)
+					noKeysLeft(t, s.admin)
+					acl := findings(r, "acl")
+					if m == "" {
+						assert.Empty(t, acl)
+						cycleOK(t, r, true)
+						assert.False(t, r.HasDanger())
+						return
+					}
+					require.Len(t, acl, 1)
+					assert.Equal(t, padlock.Danger, acl[0].Severity)
+					assert.True(t, r.HasDanger())
+					if m[0] == '&' {
+						assert.Contains(t, acl[0].Problem, "channels")
+						assert.Contains(t, acl[0].Fix, "&lock:doctor*")
+						return
+					}
+					assert.Contains(t, acl[0].Problem, strings.ToUpper(name))
+					assert.Contains(t, acl[0].Fix, m)
+				})
+			}
+		})
+	}
+}
+
+// The commands Check probes are the README's minimal rule: a command added
+// to one must be added to the other.
+func TestCheckProbesTheREADMERule(t *testing.T) {
+	var rule []string
+	for _, r := range readmeACL(t) {
+		if strings.HasPrefix(r, "+") {
+			rule = append(rule, r[1:])
+		}
+	}
+	assert.Equal(t, rule, padlock.ACLCommands())
+}
+
+// A user who may not read INFO or CONFIG gets "not checked", not an error,
+// and the report still has the cycle's result.
+func TestCheckWithoutInfoOrConfig(t *testing.T) {
+	t.Parallel()
+	s := startMatrixServer(t, redistest.Servers(t)[0])
+	c := padlock.New(s.user(t, "noinfo", s.prefixACL()))
+	defer c.Close()
+	require.NoError(t, s.admin.Do(t.Context(), "ACL", "SETUSER", "noinfo", "-info", "-config").Err())
+	r, err := c.Check(t.Context(), "lock:doctor")
+	require.NoError(t, err)
+	logReport(t, r)
+	require.Len(t, r.Nodes, 1)
+	assert.Subset(t, r.Nodes[0].NotChecked, []string{"server", "replication", "persistence", "memory", "appendfsync"})
+	settings := findings(r, "settings")
+	require.Len(t, settings, 1)
+	assert.Equal(t, padlock.Info, settings[0].Severity)
+	assert.Contains(t, settings[0].Problem, "not checked")
+	assert.Empty(t, findings(r, "persistence"), "not read, so not judged")
+	assert.Empty(t, findings(r, "eviction"))
+	cycleOK(t, r, true)
+	assert.False(t, r.HasDanger())
+}
+
+// A replica attached to the primary, and no WithReplicas: a warning that a
+// failover can lose a lock. With WithReplicas(1), none.
+func TestCheckReplicas(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	redistest.StartReplica(t, srv)
+	for _, tt := range []struct {
+		name string
+		opts []padlock.Option
+		want int
+	}{{"no WithReplicas", nil, 1}, {"WithReplicas(1)", []padlock.Option{padlock.WithReplicas(1, time.Second)}, 0}} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := padlock.New(srv.Client(), tt.opts...)
+			defer c.Close()
+			r, err := c.Check(t.Context(), "lock:doctor")
+			require.NoError(t, err)
+			logReport(t, r)
+			assert.Equal(t, 1, r.Nodes[0].Replicas)
+			repl := findings(r, "replication")
+			require.Len(t, repl, tt.want)
+			if tt.want > 0 {
+				assert.Equal(t, padlock.Warning, repl[0].Severity)
+				assert.Contains(t, repl[0].Problem, "failover")
+				assert.Contains(t, repl[0].Fix, "WithReplicas(1")
+			}
+			cycleOK(t, r, true)
+		})
+	}
+}
+
+// A Cluster has a node entry per master, a Redlock one per node; the
+// cycle runs on both (without fencing on the Redlock).
+func TestCheckClusterAndRedlock(t *testing.T) {
+	t.Parallel()
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		nodes, cc := startCluster(t)
+		c := padlock.New(cc)
+		defer c.Close()
+		r, err := c.Check(t.Context(), "lock:doctor")
+		require.NoError(t, err)
+		logReport(t, r)
+		var want, got []string
+		for _, n := range nodes {
+			want = append(want, n.Addr())
+		}
+		for _, n := range r.Nodes {
+			got = append(got, n.Addr)
+			assert.True(t, n.Cluster)
+		}
+		assert.ElementsMatch(t, want, got)
+		cycleOK(t, r, true)
+		assert.Empty(t, findings(r, "acl"))
+		for _, n := range nodes {
+			noKeysLeft(t, n.Client())
+		}
+	})
+	t.Run("redlock", func(t *testing.T) {
+		t.Parallel()
+		var rdbs []redis.UniversalClient
+		var srvs []*redistest.Server
+		for range 3 {
+			srv := redistest.Start(t)
+			srvs = append(srvs, srv)
+			rdbs = append(rdbs, srv.Client())
+		}
+		c := padlock.NewRedlock(rdbs)
+		defer c.Close()
+		r, err := c.Check(t.Context(), "lock:doctor")
+		require.NoError(t, err)
+		logReport(t, r)
+		require.Len(t, r.Nodes, 3)
+		cycleOK(t, r, false)
+		for _, s := range srvs {
+			noKeysLeft(t, s.Client())
+		}
+		// One node down: a warning, and the cycle still runs on the quorum.
+		srvs[2].Stop()
+		r, err = c.Check(t.Context(), "lock:doctor")
+		require.NoError(t, err)
+		logReport(t, r)
+		down := findings(r, "server")
+		require.NotEmpty(t, down)
+		assert.Equal(t, srvs[2].Addr(), down[0].Node)
+		assert.Error(t, r.Nodes[slices.IndexFunc(r.Nodes, func(n padlock.NodeInfo) bool { return n.Addr == srvs[2].Addr() })].Err)
+		cycleOK(t, r, false)
+	})
+}
+
+// A key in use is not touched: Check skips the cycle with a warning and
+// the holder keeps its lock, value and fence counter.
+func TestCheckLeavesAKeyInUseAlone(t *testing.T) {
+	t.Parallel()
+	e := newReal(t, nil)
+	l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithFencing())
+	require.NoError(t, err)
+	before := e.raw.Get(e.ctx, e.key).Val()
+	r, err := e.c.Check(e.ctx, e.key)
+	require.NoError(t, err)
+	logReport(t, r)
+	require.Len(t, findings(r, "key"), 1)
+	assert.Len(t, r.Cycle, 1, "only the first inspect ran")
+	assert.Equal(t, before, e.raw.Get(e.ctx, e.key).Val())
+	assert.Equal(t, "1", e.raw.Get(e.ctx, fenceKey(e.key)).Val())
+	require.NoError(t, l.Release(e.ctx))
+	// Released, the fence counter still says the key was used.
+	r, err = e.c.Check(e.ctx, e.key)
+	require.NoError(t, err)
+	require.Len(t, findings(r, "key"), 1)
+	assert.Equal(t, "1", e.raw.Get(e.ctx, fenceKey(e.key)).Val())
+}
+
+// A failed cycle leaves nothing behind either: here the user may not run
+// PEXPIRE, so the cycle fails at extend, after it took the lock.
+func TestCheckCleansUpAFailedCycle(t *testing.T) {
+	t.Parallel()
+	s := startMatrixServer(t, redistest.Servers(t)[0])
+	rule := slices.DeleteFunc(s.minimalACL(t), func(r string) bool { return r == "+pexpire" })
+	c := padlock.New(s.user(t, "nopexpire", rule))
+	defer c.Close()
+	r, err := c.Check(t.Context(), "lock:doctor")
+	require.NoError(t, err)
+	logReport(t, r)
+	cycle := findings(r, "cycle")
+	require.NotEmpty(t, cycle, "the cycle failed")
+	assert.Contains(t, cycle[0].Problem, "extend")
+	noKeysLeft(t, s.admin)
+}
+
+// Bad input is ErrInvalid and touches nothing; a server that cannot be
+// reached is an error (not a finding).
+func TestCheckErrors(t *testing.T) {
+	c := padlock.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}))
+	defer c.Close()
+	_, err := c.Check(t.Context(), "")
+	require.ErrorIs(t, err, padlock.ErrInvalid)
+	_, err = c.Check(t.Context(), "lock:{a")
+	require.ErrorIs(t, err, padlock.ErrInvalid)
+	_, err = padlock.New(nil).Check(t.Context(), "lock:a")
+	require.ErrorIs(t, err, padlock.ErrInvalid)
+	r, err := c.Check(t.Context(), "lock:a")
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, padlock.ErrInvalid)
+	assert.Contains(t, err.Error(), "connection refused")
+	require.Len(t, r.Nodes, 1)
+	assert.Error(t, r.Nodes[0].Err)
+}
