@@ -3,6 +3,7 @@
 //
 //	padlock run [flags] KEY -- COMMAND [ARGS...]
 //	padlock inspect [-redis URL] [-json] KEY
+//	padlock doctor [-redis URL] [-key KEY] [-json]
 //	padlock demo [-redis URL]
 //
 // run acquires KEY, keeps it alive while COMMAND runs, releases it when
@@ -20,6 +21,11 @@
 //
 // A command killed by a signal exits with 128 plus the signal's number, as
 // in a shell.
+//
+// doctor checks whether the Redis it talks to is safe for locks (see
+// padlock.Client.Check) and prints one line per finding, most severe first.
+// It exits 0 when nothing is a danger, 1 when something is, 69 when Redis
+// cannot be reached, 64 on usage errors.
 package main
 
 import (
@@ -50,6 +56,7 @@ const (
 const usage = `usage:
   padlock run [flags] KEY -- COMMAND [ARGS...]   run COMMAND while holding the lock KEY
   padlock inspect [-redis URL] [-json] KEY       show who holds KEY, its TTL and fence
+  padlock doctor [-redis URL] [-key KEY] [-json] is this Redis safe for locks? (exit 1 if not)
   padlock demo [-redis URL]                      play the common cases (no Redis needed)
 
 Run 'padlock COMMAND -h' for a command's flags.
@@ -78,6 +85,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCmd(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		return inspectCmd(ctx, args[1:], stdout, stderr)
+	case "doctor":
+		return doctorCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return demoCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":

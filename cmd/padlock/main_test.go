@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -442,4 +443,83 @@ func TestRunOverTLS(t *testing.T) {
 	assert.Contains(t, r.stdout, "not held")
 	r = padlockRun(t, "redis://"+srv.TLSAddr(), "run", "lock:tls", "--", "true")
 	assert.Equal(t, 69, r.code, "plain text to a TLS port fails, and nothing runs")
+}
+
+// padlock doctor: 0 with no danger, 1 with one (text, most severe first,
+// and JSON), 69 when Redis cannot be reached, 64 on usage errors; it
+// leaves no key behind.
+func TestDoctor(t *testing.T) {
+	s := startRedis(t)
+	ctx := t.Context()
+	r := padlockRun(t, s.url, "doctor")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "lock cycle: inspect acquire extend ttl wait fence release inspect\n")
+	assert.Contains(t, r.stdout, "WARNING persistence")
+	assert.NotContains(t, r.stdout, "DANGER")
+	assert.Contains(t, r.stdout, "no danger found\n")
+	keys, err := s.raw.Keys(ctx, "*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys, "doctor left keys behind")
+
+	require.NoError(t, s.raw.ConfigSet(ctx, "maxmemory", "100mb").Err())
+	require.NoError(t, s.raw.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err())
+	r = padlockRun(t, s.url, "doctor", "-key", "lock:other")
+	require.Equal(t, 1, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	first := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "DANGER") })
+	require.GreaterOrEqual(t, first, 0, r.stdout)
+	assert.Contains(t, lines[first], "DANGER  eviction")
+	assert.Contains(t, lines[first], "volatile-lru")
+	assert.Less(t, first, slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "WARNING") }), "most severe first")
+	assert.Equal(t, "not safe for locks: fix the DANGER findings", lines[len(lines)-1])
+
+	r = padlockRun(t, s.url, "doctor", "-json")
+	require.Equal(t, 1, r.code, r.stderr)
+	var got struct {
+		Key   string `json:"key"`
+		Safe  bool   `json:"safe"`
+		Nodes []struct {
+			Addr            string `json:"addr"`
+			MaxMemoryPolicy string `json:"maxmemory_policy"`
+		} `json:"nodes"`
+		Cycle []struct {
+			Name string `json:"name"`
+			OK   bool   `json:"ok"`
+		} `json:"cycle"`
+		Findings []struct {
+			Severity string `json:"severity"`
+			Topic    string `json:"topic"`
+			Fix      string `json:"fix"`
+		} `json:"findings"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
+	assert.Equal(t, "lock:padlock-doctor", got.Key)
+	assert.False(t, got.Safe)
+	require.Len(t, got.Nodes, 1)
+	assert.Equal(t, strings.TrimPrefix(s.url, "redis://"), got.Nodes[0].Addr)
+	assert.Equal(t, "volatile-lru", got.Nodes[0].MaxMemoryPolicy)
+	assert.Len(t, got.Cycle, 8)
+	for _, st := range got.Cycle {
+		assert.True(t, st.OK, st.Name)
+	}
+	require.NotEmpty(t, got.Findings)
+	assert.Equal(t, "danger", got.Findings[0].Severity)
+	assert.Equal(t, "eviction", got.Findings[0].Topic)
+	assert.Contains(t, got.Findings[0].Fix, "noeviction")
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	down := "redis://" + ln.Addr().String()
+	require.NoError(t, ln.Close())
+	for _, args := range [][]string{{"doctor"}, {"doctor", "-json"}} {
+		r = padlockRun(t, down, args...)
+		assert.Equal(t, 69, r.code, args)
+		assert.Contains(t, r.stderr, "cannot check")
+		assert.Empty(t, r.stdout)
+	}
+
+	for _, args := range [][]string{{"doctor", "extra"}, {"doctor", "-nope"}, {"doctor", "-key", ""}, {"doctor", "-redis", "http://x"}} {
+		r = padlockRun(t, s.url, args...)
+		assert.Equal(t, 64, r.code, "%v: %s", args, r.stderr)
+	}
 }
