@@ -140,6 +140,9 @@ func (c *Client) Check(ctx context.Context, key string) (Report, error) {
 			reached++
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return r, fmt.Errorf("padlock: check: %w", err)
+	}
 	if reached == 0 {
 		return r, fmt.Errorf("padlock: check: no node can be reached: %w", r.Nodes[0].Err)
 	}
@@ -151,9 +154,30 @@ func (c *Client) Check(ctx context.Context, key string) (Report, error) {
 			Problem: fmt.Sprintf("only %d of %d Redlock nodes answer, fewer than the quorum of %d: no lock can be taken", reached, len(r.Nodes), c.quorum()),
 			Fix:     "bring the unreachable nodes back"})
 	}
-	if ctx.Err() == nil {
-		r.Findings = append(r.Findings, c.checkCommands(ctx, key, nodes, r.Nodes)...)
-		r.Cycle, r.Findings = c.checkCycle(ctx, key, r.Findings)
+	// The nodes that answered: the probes and the cycle's inspections run
+	// on them (on a Cluster, the client routes them to the key's master).
+	var live []redis.UniversalClient
+	var names []string
+	if c.nodes != nil {
+		for i, n := range nodes {
+			if r.Nodes[i].Err == nil {
+				live, names = append(live, n), append(names, r.Nodes[i].Addr)
+			}
+		}
+	} else {
+		live, names = []redis.UniversalClient{c.rdb}, []string{""}
+	}
+	acl := c.checkCommands(ctx, key, live, names)
+	r.Findings = append(r.Findings, acl...)
+	switch {
+	case slices.ContainsFunc(acl, func(f Finding) bool { return strings.Contains(f.Fix, "+del ") }):
+		r.Findings = append(r.Findings, Finding{Severity: Info, Topic: "cycle",
+			Problem: "the lock cycle did not run: without DEL it could not delete what it writes", Fix: "add +del"})
+	case ctx.Err() == nil:
+		r.Cycle, r.Findings = c.checkCycle(ctx, key, live, r.Findings)
+	}
+	if err := ctx.Err(); err != nil {
+		return r, fmt.Errorf("padlock: check: %w", err)
 	}
 	slices.SortStableFunc(r.Findings, func(a, b Finding) int { return int(b.Severity) - int(a.Severity) })
 	return r, nil
@@ -200,9 +224,20 @@ func (c *Client) checkNodes(ctx context.Context) ([]*redis.Client, error) {
 func readNode(ctx context.Context, rdb *redis.Client) NodeInfo {
 	n := NodeInfo{Addr: rdb.Options().Addr}
 	text, err := rdb.Info(ctx).Result()
-	if err != nil && !isRedisError(err) {
+	if err != nil && (!isRedisError(err) || isAuthError(err)) {
 		n.Err = err
 		return n
+	}
+	if !strings.Contains(n.Addr, ":") {
+		// A failover client's Addr is "FailoverClient": ask the server
+		// which address it was reached at.
+		if ci, err := rdb.Do(ctx, "CLIENT", "INFO").Text(); err == nil {
+			for _, f := range strings.Fields(ci) {
+				if a, ok := strings.CutPrefix(f, "laddr="); ok {
+					n.Addr = a
+				}
+			}
+		}
 	}
 	info := map[string]string{}
 	for _, line := range strings.Split(text, "\n") {
@@ -250,6 +285,13 @@ func readNode(ctx context.Context, rdb *redis.Client) NodeInfo {
 		n.NotChecked = append(n.NotChecked, "appendfsync")
 	}
 	return n
+}
+
+// isAuthError reports whether err is Redis refusing the Client's
+// credentials: nothing can be checked as that user.
+func isAuthError(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "invalid password")
 }
 
 // Servers and versions that padlock's CI tests; newer ones are expected to
@@ -335,23 +377,23 @@ type probe struct {
 }
 
 // probes are the calls Check makes, in order, on keys p, z (a sorted set)
-// and h (a hash) of its own, deleted by the last. Subscriptions are probed
-// on a connection of their own; unsubscribe and sunsubscribe are not
-// probed, and hello is sent by go-redis on every connection (which goes on
-// without it if refused).
-func probes(p, z, h string) []probe {
+// and h (a hash) of its own, each expiring within checkTTL, and deleted by
+// the last. Subscriptions are probed on a connection of their own (see
+// probeSubscribe), and hello with the connection's own protocol.
+func probes(p, z, h string, proto int) []probe {
 	one := "return 1"
 	ttl := checkTTL.Milliseconds()
 	return []probe{
+		{"hello", []any{"hello", proto}},
 		{"script|load", []any{"script", "load", one}}, {"evalsha", []any{"evalsha", redis.NewScript(one).Hash(), 0}},
 		{"eval", []any{"eval", one, 0}}, {"time", []any{"time"}}, {"ping", []any{"ping"}},
 		{"set", []any{"set", p, "1", "px", ttl}}, {"get", []any{"get", p}}, {"exists", []any{"exists", p}},
 		{"type", []any{"type", p}}, {"incr", []any{"incr", p}}, {"pexpire", []any{"pexpire", p, ttl}}, {"pttl", []any{"pttl", p}},
-		{"zadd", []any{"zadd", z, 1, "m"}}, {"zscore", []any{"zscore", z, "m"}}, {"zrank", []any{"zrank", z, "m"}},
+		{"zadd", []any{"zadd", z, 1, "m"}}, {"pexpire", []any{"pexpire", z, ttl}}, {"zscore", []any{"zscore", z, "m"}}, {"zrank", []any{"zrank", z, "m"}},
 		{"zcard", []any{"zcard", z}}, {"zcount", []any{"zcount", z, "-inf", "+inf"}}, {"zrange", []any{"zrange", z, 0, -1}},
 		{"zrangebyscore", []any{"zrangebyscore", z, "-inf", "+inf"}}, {"zrevrangebyscore", []any{"zrevrangebyscore", z, "+inf", "-inf"}},
 		{"zremrangebyscore", []any{"zremrangebyscore", z, 5, 5}}, {"zrem", []any{"zrem", z, "m"}}, {"zpopmin", []any{"zpopmin", z}},
-		{"hset", []any{"hset", h, "f", "v"}}, {"hget", []any{"hget", h, "f"}}, {"hdel", []any{"hdel", h, "f"}},
+		{"hset", []any{"hset", h, "f", "v"}}, {"pexpire", []any{"pexpire", h, ttl}}, {"hget", []any{"hget", h, "f"}}, {"hdel", []any{"hdel", h, "f"}},
 		{"publish", []any{"publish", p, "padlock-check"}}, {"spublish", []any{"spublish", p, "padlock-check"}},
 		{"del", []any{"del", p, z, h}},
 	}
@@ -371,25 +413,19 @@ func refusal(msg string) string {
 }
 
 // checkCommands probes every command padlock uses, as the Client's user,
-// on each node, and returns a Danger finding for each refused one.
-func (c *Client) checkCommands(ctx context.Context, key string, nodes []*redis.Client, infos []NodeInfo) []Finding {
+// and returns a Danger finding for each refused one
+// on each of targets, named in findings by names.
+func (c *Client) checkCommands(ctx context.Context, key string, targets []redis.UniversalClient, names []string) []Finding {
 	p, z, h := sideKey(key, "check"), sideKey(key, "check-z"), sideKey(key, "check-h")
-	var targets []redis.UniversalClient
-	var names []string
-	if c.nodes != nil {
-		for i, n := range nodes {
-			if infos[i].Err == nil {
-				targets, names = append(targets, n), append(names, infos[i].Addr)
-			}
-		}
-	} else {
-		targets, names = []redis.UniversalClient{c.rdb}, []string{""}
-	}
 	var fs []Finding
 	for i, r := range targets {
 		refused := map[string]string{}
 		pipe := r.Pipeline()
-		ps := probes(p, z, h)
+		proto := 3
+		if rc, ok := r.(*redis.Client); ok && rc.Options().Protocol == 2 {
+			proto = 2
+		}
+		ps := probes(p, z, h, proto)
 		cmds := make([]*redis.Cmd, len(ps))
 		for j, pr := range ps {
 			cmds[j] = pipe.Do(ctx, pr.args...)
@@ -400,9 +436,11 @@ func (c *Client) checkCommands(ctx context.Context, key string, nodes []*redis.C
 				refused[ps[j].cmd] = err.Error()
 			}
 		}
-		for _, name := range []string{"ssubscribe", "subscribe"} {
-			if err := probeSubscribe(ctx, r, name, p); err != nil && isPermissionError(err.Error()) {
-				refused[name] = err.Error()
+		for _, sharded := range []bool{true, false} {
+			for name, err := range probeSubscribe(ctx, r, sharded, p) {
+				if isPermissionError(err.Error()) {
+					refused[name] = err.Error()
+				}
 			}
 		}
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -425,6 +463,10 @@ func (c *Client) checkCommands(ctx context.Context, key string, nodes []*redis.C
 			case what == "channel":
 				f.Problem = fmt.Sprintf("the Redis user may not use the channels named like %q (%s): its waiters are not woken by releases", key, msg)
 				f.Fix = fmt.Sprintf("admit the channels: &%s* (or a pattern that covers them, like the README's &lock:*)", key)
+			case name == "hello":
+				f.Severity = Warning // go-redis falls back to AUTH
+				f.Problem = fmt.Sprintf("the Redis user may not run HELLO (%s): each new connection costs a refused command and a fallback to AUTH", msg)
+				f.Fix = "add +hello to the user's rule (the README's minimal ACL rule has it)"
 			default:
 				f.Problem = fmt.Sprintf("the Redis user may not run %s (%s): the locks that need it fail, or their waiters are not woken", strings.ToUpper(name), msg)
 				f.Fix = fmt.Sprintf("add +%s to the user's rule (the README's minimal ACL rule has it)", name)
@@ -438,67 +480,116 @@ func (c *Client) checkCommands(ctx context.Context, key string, nodes []*redis.C
 	return fs
 }
 
-// probeSubscribe subscribes to channel with the command name (subscribe or
-// ssubscribe) on its own connection, and unsubscribes. A server that does
-// not know the command is not an error.
-func probeSubscribe(ctx context.Context, r redis.UniversalClient, name, channel string) error {
+// probeSubscribe subscribes to channel on a connection of its own, sharded
+// (SSUBSCRIBE) or not, and unsubscribes, and returns the errors by
+// command. A server that does not know the commands is not an error.
+func probeSubscribe(ctx context.Context, r redis.UniversalClient, sharded bool, channel string) map[string]error {
 	ctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
 	defer cancel()
+	sub, unsub := "subscribe", "unsubscribe"
 	var ps *redis.PubSub
-	if name == "ssubscribe" {
+	if sharded {
+		sub, unsub = "ssubscribe", "sunsubscribe"
 		ps = r.SSubscribe(ctx, channel)
 	} else {
 		ps = r.Subscribe(ctx, channel)
 	}
 	defer ps.Close()
-	_, err := ps.Receive(ctx)
-	if err != nil && isUnknownCommand(err) {
-		return nil
+	if _, err := ps.Receive(ctx); err != nil {
+		if isUnknownCommand(err) {
+			return nil
+		}
+		return map[string]error{sub: err}
 	}
-	return err
+	var err error
+	if sharded {
+		err = ps.SUnsubscribe(ctx, channel)
+	} else {
+		err = ps.Unsubscribe(ctx, channel)
+	}
+	if err == nil {
+		_, err = ps.Receive(ctx)
+	}
+	if err != nil {
+		return map[string]error{unsub: err}
+	}
+	return nil
 }
 
 // checkCycle runs the lock cycle on key with two Clients like c (without
 // its observer): a holder, and a waiter that the holder's release hands
 // the lock to. It returns the steps and findings with the cycle's added.
-func (c *Client) checkCycle(ctx context.Context, key string, fs []Finding) ([]Step, []Finding) {
+// nodes are the nodes to look at (those that answered).
+func (c *Client) checkCycle(ctx context.Context, key string, nodes []redis.UniversalClient, fs []Finding) ([]Step, []Finding) {
 	var steps []Step
 	step := func(name string, f func() error) bool {
 		start := time.Now()
 		err := f()
 		steps = append(steps, Step{Name: name, Took: time.Since(start), Err: err})
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			fs = append(fs, Finding{Severity: Danger, Topic: "cycle",
 				Problem: fmt.Sprintf("the lock cycle failed at %s: %v", name, err),
 				Fix:     "see the other findings; an ACL refusal names the permission to add"})
 		}
 		return err == nil
 	}
+	inUse := func() {
+		fs = append(fs, Finding{Severity: Warning, Topic: "key",
+			Problem: fmt.Sprintf("%q is in use (held, waited for, or with a fence counter): the lock cycle did not run, and it was left alone", key),
+			Fix:     "run Check on a key of its own, such as lock:padlock-doctor"})
+	}
 	holder, waiter := c.sibling(), c.sibling()
 	defer holder.Close()
 	defer waiter.Close()
 
-	var before LockInfo
-	if !step("inspect", func() (err error) { before, err = holder.Inspect(ctx, key); return err }) {
+	busy := false
+	if !step("inspect", func() error {
+		for _, r := range nodes {
+			info, err := inspectOn(ctx, r, key)
+			if err != nil {
+				return err
+			}
+			busy = busy || info.Held || info.Fence != 0 || info.Waiting != 0
+		}
+		return nil
+	}) {
 		return steps, fs
 	}
-	if before.Held || before.Fence != 0 || before.Waiting != 0 {
-		fs = append(fs, Finding{Severity: Warning, Topic: "key",
-			Problem: fmt.Sprintf("%q is in use (held, waited for, or with a fence counter): the lock cycle did not run, and nothing was changed", key),
-			Fix:     "run Check on a key of its own, such as lock:padlock-doctor"})
+	if busy {
+		inUse()
 		return steps, fs
 	}
-	defer c.checkCleanup(ctx, key)
 
 	var opts []Option
 	if c.nodes == nil {
 		opts = append(opts, WithFencing())
 	}
 	var first, second *Lock
-	if !step("acquire", func() (err error) { first, err = holder.TryAcquire(ctx, key, checkTTL, opts...); return err }) {
+	start := time.Now()
+	first, err := holder.TryAcquire(ctx, key, checkTTL, opts...)
+	if errors.Is(err, ErrNotAcquired) {
+		inUse() // taken since the inspect: not ours to clean up
 		return steps, fs
 	}
-	defer first.Release(context.WithoutCancel(ctx))
+	step("acquire", func() error { return err })
+	steps[len(steps)-1].Took = time.Since(start)
+	if err != nil {
+		// It may have incremented the counter of a key nobody used (it
+		// had none), and released what it took (ErrNotReplicated).
+		c.checkCleanup(ctx, key, nodes, []any{"1"})
+		return steps, fs
+	}
+	lastFence := first.Fence()
+	defer func() {
+		rctx := context.WithoutCancel(ctx)
+		_ = first.Release(rctx)
+		values := []any{strconv.FormatInt(lastFence, 10), first.value}
+		if second != nil {
+			_ = second.Release(rctx)
+			values = append(values, second.value)
+		}
+		c.checkCleanup(ctx, key, nodes, values)
+	}()
 	if !step("extend", func() error { return first.Extend(ctx, checkTTL) }) {
 		return steps, fs
 	}
@@ -509,15 +600,16 @@ func (c *Client) checkCycle(ctx context.Context, key string, fs []Finding) ([]St
 		wctx, cancel := context.WithTimeout(ctx, checkWait)
 		defer cancel()
 		got := make(chan error, 1)
+		var l *Lock
 		go func() {
 			var err error
-			second, err = waiter.Acquire(wctx, key, checkTTL, append(opts, WithBackoff(ExponentialBackoff(checkWait, checkWait)))...)
+			l, err = waiter.Acquire(wctx, key, checkTTL, append(opts, WithBackoff(ExponentialBackoff(checkWait, checkWait)))...)
 			got <- err
 		}()
 		// Release once the waiter is queued (or after a while: it may
 		// wait inside its Client alone).
 		for range 100 {
-			info, err := holder.Inspect(ctx, key)
+			info, err := inspectOn(ctx, nodes[0], key)
 			if err != nil || info.Waiting > 0 {
 				break
 			}
@@ -528,15 +620,16 @@ func (c *Client) checkCycle(ctx context.Context, key string, fs []Finding) ([]St
 			<-got
 			return fmt.Errorf("the holder's release: %w", err)
 		}
-		if err := <-got; err != nil {
+		err := <-got
+		if err != nil {
 			return fmt.Errorf("a waiter in another Client was not handed the lock within %v of the release: %w", checkWait, err)
 		}
+		second, lastFence = l, l.Fence()
 		return nil
 	})
 	if !ok {
 		return steps, fs
 	}
-	defer second.Release(context.WithoutCancel(ctx))
 	if c.nodes == nil && !step("fence", func() error {
 		if second.Fence() <= first.Fence() {
 			return fmt.Errorf("the second holder's fence %d is not above the first's %d", second.Fence(), first.Fence())
@@ -549,7 +642,7 @@ func (c *Client) checkCycle(ctx context.Context, key string, fs []Finding) ([]St
 		return steps, fs
 	}
 	step("inspect", func() error {
-		info, err := holder.Inspect(ctx, key)
+		info, err := inspectOn(ctx, nodes[0], key)
 		if err == nil && info.Held {
 			err = fmt.Errorf("still held after the release")
 		}
@@ -559,22 +652,22 @@ func (c *Client) checkCycle(ctx context.Context, key string, fs []Finding) ([]St
 }
 
 // sibling returns a new Client with c's connections and defaults but no
-// observer, for Check's cycle.
+// observer, for Check's cycle, which takes plain locks.
 func (c *Client) sibling() *Client {
 	s := New(c.rdb)
 	s.opts, s.nodes = c.opts, c.nodes
-	s.opts.obs = nil
+	s.opts.obs, s.opts.limitSet, s.opts.shared = nil, false, false
 	return s
 }
 
-// checkCleanup deletes key and every side key of it on every node.
-func (c *Client) checkCleanup(ctx context.Context, key string) {
+// checkCleanup deletes key and every side key of it on each of nodes,
+// unless someone else used the key meanwhile (see check_cleanup.lua):
+// values are the last fence Check was given and its locks' values.
+func (c *Client) checkCleanup(ctx context.Context, key string, nodes []redis.UniversalClient, values []any) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	keys := append([]string{key}, allSideKeys(key)...)
-	for _, r := range c.pubsubNodes() {
-		if err := r.Del(ctx, keys...).Err(); err != nil && !errors.Is(err, redis.Nil) {
-			continue // the ttls free the lock; the fence counter stays
-		}
+	keys := append([]string{key}, allSideKeys(key)...) // the counter and the queue first
+	for _, r := range nodes {
+		_ = checkCleanupScript.Run(ctx, r, keys, values...).Err() // if it fails, the ttls free the lock
 	}
 }

@@ -2,10 +2,12 @@ package padlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,8 +40,11 @@ func logReport(t *testing.T, r padlock.Report) {
 	for _, s := range r.Cycle {
 		t.Logf("step %s: %v (%v)", s.Name, s.Err, s.Took.Round(time.Millisecond))
 	}
-	for _, f := range r.Findings {
+	for i, f := range r.Findings {
 		t.Logf("%s [%s] %s: %s -- fix: %s", f.Severity, f.Topic, f.Node, f.Problem, f.Fix)
+		if i > 0 {
+			assert.GreaterOrEqual(t, r.Findings[i-1].Severity, f.Severity, "most severe first")
+		}
 	}
 }
 
@@ -148,11 +153,9 @@ func TestCheckNamesTheMissingPermission(t *testing.T) {
 			s := startMatrixServer(t, bin)
 			ctx := t.Context()
 			full := s.minimalACL(t)
-			missing := []string{"", "+incr", "+zadd", "+pexpire", "+evalsha", "+hset", "+publish"}
+			missing := []string{"", "+incr", "+zadd", "+pexpire", "+evalsha", "+hset", "+publish", "+hello", "+subscribe", "+unsubscribe"}
 			if s.hasShardedPubSub() {
-				missing = append(missing, "+spublish", "+ssubscribe")
-			} else {
-				missing = append(missing, "+subscribe")
+				missing = append(missing, "+spublish", "+ssubscribe", "+sunsubscribe")
 			}
 			if s.hasChannelACLs() {
 				missing = append(missing, "&lock:*")
@@ -178,7 +181,16 @@ func TestCheckNamesTheMissingPermission(t *testing.T) {
 						assert.False(t, r.HasDanger())
 						return
 					}
+					if m == "+hello" && (s.version[0] > 6 || s.version[1] >= 2) {
+						assert.Empty(t, acl, "from Redis 6.2 on (and on Valkey), HELLO is not checked against ACLs")
+						return
+					}
 					require.Len(t, acl, 1)
+					if m == "+hello" {
+						assert.Equal(t, padlock.Warning, acl[0].Severity, "go-redis falls back to AUTH")
+						assert.Contains(t, acl[0].Problem, "HELLO")
+						return
+					}
 					assert.Equal(t, padlock.Danger, acl[0].Severity)
 					assert.True(t, r.HasDanger())
 					if m[0] == '&' {
@@ -375,4 +387,244 @@ func TestCheckErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), "connection refused")
 	require.Len(t, r.Nodes, 1)
 	assert.Error(t, r.Nodes[0].Err)
+}
+
+// Findings that the other tests do not reach: a Client that talks to a
+// replica, WithReplicas asking for more replicas than there are,
+// appendfsync no, a key pattern that does not admit the key, a waiter
+// queued on the key (in use), a failover client named by its address.
+func TestCheckMoreFindings(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	replica := redistest.StartReplica(t, srv)
+	ctx := t.Context()
+	t.Run("a replica", func(t *testing.T) {
+		c := padlock.New(replica.Client())
+		defer c.Close()
+		r, err := c.Check(ctx, "lock:doctor")
+		require.NoError(t, err)
+		logReport(t, r)
+		repl := findings(r, "replication")
+		require.Len(t, repl, 1)
+		assert.Equal(t, padlock.Danger, repl[0].Severity)
+		assert.Contains(t, repl[0].Problem, "talks to a replica")
+		assert.Equal(t, "replica", r.Nodes[0].Role)
+	})
+	t.Run("WithReplicas(2) and one replica", func(t *testing.T) {
+		c := padlock.New(srv.Client(), padlock.WithReplicas(2, 100*time.Millisecond))
+		defer c.Close()
+		r, err := c.Check(ctx, "lock:doctor")
+		require.NoError(t, err)
+		logReport(t, r)
+		repl := findings(r, "replication")
+		require.Len(t, repl, 1)
+		assert.Equal(t, padlock.Danger, repl[0].Severity)
+		assert.Contains(t, repl[0].Problem, "ErrNotReplicated")
+		require.NotEmpty(t, findings(r, "cycle"), "the cycle failed too")
+		noKeysLeft(t, srv.Client())
+	})
+	t.Run("appendfsync no", func(t *testing.T) {
+		admin := srv.Client()
+		require.NoError(t, admin.ConfigSet(ctx, "appendonly", "yes").Err())
+		require.NoError(t, admin.ConfigSet(ctx, "appendfsync", "no").Err())
+		defer admin.ConfigSet(ctx, "appendonly", "no")
+		c := padlock.New(srv.Client(), padlock.WithReplicas(1, time.Second))
+		defer c.Close()
+		r, err := c.Check(ctx, "lock:doctor")
+		require.NoError(t, err)
+		logReport(t, r)
+		p := findings(r, "persistence")
+		require.Len(t, p, 1)
+		assert.Contains(t, p[0].Problem, "appendfsync no")
+		cycleOK(t, r, true)
+	})
+	t.Run("the key pattern", func(t *testing.T) {
+		require.NoError(t, srv.Client().Do(ctx, "ACL", "SETUSER", "other", "on", ">pw", "~other:*", "&*", "+@all").Err())
+		c := padlock.New(redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "other", Password: "pw"}))
+		defer c.Close()
+		r, err := c.Check(ctx, "lock:doctor")
+		require.NoError(t, err)
+		logReport(t, r)
+		acl := findings(r, "acl")
+		require.Len(t, acl, 1, "one finding for the key pattern, not one per command")
+		assert.Contains(t, acl[0].Problem, "may not use the key")
+		assert.Contains(t, acl[0].Fix, "~lock:doctor*")
+	})
+	t.Run("a waiter", func(t *testing.T) {
+		c := padlock.New(srv.Client())
+		defer c.Close()
+		held, err := c.TryAcquire(ctx, "lock:waited", time.Minute)
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = padlock.New(srv.Client()).Acquire(wctx, "lock:waited", time.Minute)
+		}()
+		require.Eventually(t, func() bool { i, _ := c.Inspect(ctx, "lock:waited"); return i.Waiting == 1 }, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, held.Release(ctx)) // the waiter gets it; now take it back and keep one waiting
+		cancel()
+		<-done
+		other := padlock.New(srv.Client())
+		defer other.Close()
+		h2, err := other.Acquire(ctx, "lock:waited2", time.Minute)
+		require.NoError(t, err)
+		wctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() { _, _ = c.Acquire(wctx, "lock:waited2", time.Minute) }()
+		require.Eventually(t, func() bool { i, _ := c.Inspect(ctx, "lock:waited2"); return i.Waiting == 1 }, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, h2.Release(ctx))
+		// Released with the waiter handed the lock: held. Drop the fence
+		// question: an unfenced key with only a waiter must count as in use.
+		r, err := c.Check(ctx, "lock:waited2")
+		require.NoError(t, err)
+		require.Len(t, findings(r, "key"), 1)
+	})
+	t.Run("a failover client", func(t *testing.T) {
+		sentinel := redistest.StartSentinel(t, srv, "padlock")
+		failover := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "padlock", SentinelAddrs: []string{sentinel.Addr()}})
+		defer failover.Close()
+		c := padlock.New(failover, padlock.WithReplicas(1, time.Second))
+		defer c.Close()
+		r, err := c.Check(ctx, "lock:doctor")
+		require.NoError(t, err)
+		logReport(t, r)
+		assert.Equal(t, srv.Addr(), r.Nodes[0].Addr)
+		cycleOK(t, r, true)
+	})
+}
+
+// Checks at the same time on one key, and a holder using it meanwhile:
+// no Check reports a false danger, and none deletes the other's lock or
+// sets its fences back.
+func TestCheckSharesTheKeySafely(t *testing.T) {
+	t.Parallel()
+	e := newReal(t, nil)
+	other := padlock.New(e.rdb)
+	defer other.Close()
+	stop := make(chan struct{})
+	user := make(chan error, 1)
+	go func() { // a user of the key: its fences only grow, its locks stay its own
+		last := int64(0)
+		for {
+			select {
+			case <-stop:
+				user <- nil
+				return
+			default:
+			}
+			l, err := other.TryAcquire(e.ctx, "lock:doctor", time.Minute, padlock.WithFencing())
+			if errors.Is(err, padlock.ErrNotAcquired) {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			if err != nil {
+				user <- err
+				return
+			}
+			if l.Fence() <= last {
+				user <- fmt.Errorf("fence %d after %d: the counter was reset", l.Fence(), last)
+				return
+			}
+			last = l.Fence()
+			time.Sleep(2 * time.Millisecond)
+			if err := l.Extend(e.ctx, time.Minute); err != nil {
+				user <- fmt.Errorf("the lock was taken from under its holder: %w", err)
+				return
+			}
+			if err := l.Release(e.ctx); err != nil {
+				user <- err
+				return
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+	for range 10 {
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				r, err := e.c.Check(e.ctx, "lock:doctor")
+				assert.NoError(t, err)
+				assert.Empty(t, findings(r, "cycle"), "no false danger")
+			})
+		}
+		wg.Wait()
+	}
+	close(stop)
+	require.NoError(t, <-user)
+}
+
+// On a Redlock whose first node lost the key (an empty restart), Check
+// sees it held on the others and leaves it; with the first node down, the
+// cycle still runs on the quorum.
+func TestCheckRedlockNodes(t *testing.T) {
+	t.Parallel()
+	var rdbs []redis.UniversalClient
+	var srvs []*redistest.Server
+	for range 3 {
+		srv := redistest.Start(t)
+		srvs, rdbs = append(srvs, srv), append(rdbs, srv.Client())
+	}
+	c := padlock.NewRedlock(rdbs)
+	defer c.Close()
+	ctx := t.Context()
+	l, err := c.TryAcquire(ctx, "lock:job", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, srvs[0].Client().Del(ctx, "lock:job").Err())
+	r, err := c.Check(ctx, "lock:job")
+	require.NoError(t, err)
+	logReport(t, r)
+	require.Len(t, findings(r, "key"), 1)
+	for _, s := range srvs[1:] {
+		assert.Equal(t, l.Token(), s.Client().Get(ctx, "lock:job").Val(), "left alone")
+	}
+	require.NoError(t, l.Release(ctx))
+
+	srvs[0].Stop()
+	r, err = c.Check(ctx, "lock:doctor")
+	require.NoError(t, err)
+	logReport(t, r)
+	cycleOK(t, r, false)
+	assert.False(t, r.HasDanger(), "a Redlock survives a minority")
+}
+
+// A context that ends during Check is an error, not a finding; so is a
+// wrong password.
+func TestCheckContextAndCredentials(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := padlock.New(srv.Client())
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Millisecond)
+	defer cancel()
+	_, err := c.Check(ctx, "lock:doctor")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	noKeysLeft(t, srv.Client())
+
+	require.NoError(t, srv.Client().Do(t.Context(), "ACL", "SETUSER", "u", "on", ">right", "~*", "&*", "+@all").Err())
+	wrong := padlock.New(redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "u", Password: "wrong"}))
+	defer wrong.Close()
+	_, err = wrong.Check(t.Context(), "lock:doctor")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "WRONGPASS")
+}
+
+// Without DEL, Check cannot clean up: it says so, runs no cycle, and what
+// its probes wrote expires by itself.
+func TestCheckWithoutDel(t *testing.T) {
+	t.Parallel()
+	s := startMatrixServer(t, redistest.Servers(t)[0])
+	rule := slices.DeleteFunc(s.minimalACL(t), func(r string) bool { return r == "+del" })
+	c := padlock.New(s.user(t, "nodel", rule))
+	defer c.Close()
+	r, err := c.Check(t.Context(), "lock:doctor")
+	require.NoError(t, err)
+	logReport(t, r)
+	assert.Empty(t, r.Cycle)
+	require.Len(t, findings(r, "acl"), 1)
+	keys, err := s.admin.Keys(t.Context(), "*").Result()
+	require.NoError(t, err)
+	for _, k := range keys {
+		assert.Positive(t, s.admin.PTTL(t.Context(), k).Val(), "%s expires", k)
+	}
 }

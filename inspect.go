@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // LockInfo describes a lock as Redis holds it at one moment, for operators
@@ -30,15 +32,20 @@ type LockInfo struct {
 // cannot answer. A key holding a value that padlock did not write reports
 // the whole value as Token.
 func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
-	info := LockInfo{Key: key}
 	if _, err := c.check(ctx, key, time.Millisecond); err != nil {
-		return info, err
+		return LockInfo{Key: key}, err
 	}
+	return inspectOn(ctx, c.rdb, key)
+}
+
+// inspectOn is Inspect on the server r.
+func inspectOn(ctx context.Context, r redis.UniversalClient, key string) (LockInfo, error) {
+	info := LockInfo{Key: key}
 	keys := []string{key}
 	if queueable(key) {
 		keys = append(keys, sideKey(key, "fence"), sideKey(key, "shared"), sideKey(key, "queue"), sideKey(key, "fences"))
 	}
-	reply, err := inspectScript.Run(ctx, c.rdb, keys).Slice()
+	reply, err := inspectScript.Run(ctx, r, keys).Slice()
 	if err != nil {
 		return info, opError("inspect", key, err)
 	}

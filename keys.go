@@ -114,10 +114,10 @@ func (l *Lock) pttlCall() (luaScript, []string) {
 
 // sideNames are the names (see sideKey) of every side key any kind of lock
 // writes.
-var sideNames = []string{"queue", "fence", "waiters", "took", "shared", "seen", "fences"}
+var sideNames = []string{"fence", "queue", "waiters", "took", "shared", "seen", "fences"}
 
 // allSideKeys returns every side key that any kind of lock on key may
-// have written.
+// have written: the fencing counter first, then the queue.
 func allSideKeys(key string) []string {
 	keys := make([]string, len(sideNames))
 	for i, name := range sideNames {

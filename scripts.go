@@ -24,6 +24,7 @@ var (
 	extendManyScript   = script("extend_many")
 	pttlManyScript     = script("pttl_many")
 	inspectScript      = script("inspect")
+	checkCleanupScript = script("check_cleanup")
 	countScript        = script("count")
 	countReleaseScript = script("count_release")
 	countExtendScript  = script("count_extend")

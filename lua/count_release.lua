@@ -28,7 +28,7 @@ end
 
 local function publish(msg)
   if not pcall(redis.call, 'SPUBLISH', KEYS[1], msg) then
-    redis.call('PUBLISH', KEYS[1], msg)
+    pcall(redis.call, 'PUBLISH', KEYS[1], msg) -- refused (no channel permission): waiters find out on their timers
   end
 end
 

@@ -27,7 +27,7 @@ end
 local function announce(msg, channel)
   channel = channel or KEYS[1]
   if not pcall(redis.call, 'SPUBLISH', channel, msg) then
-    redis.call('PUBLISH', channel, msg)
+    pcall(redis.call, 'PUBLISH', channel, msg) -- refused (no channel permission): waiters find out on their timers
   end
 end
 

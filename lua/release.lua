@@ -18,7 +18,7 @@ end
 if not KEYS[2] then
   redis.call('DEL', KEYS[1])
   if not pcall(redis.call, 'SPUBLISH', KEYS[1], 'released') then
-    redis.call('PUBLISH', KEYS[1], 'released')
+    pcall(redis.call, 'PUBLISH', KEYS[1], 'released') -- refused (no channel permission): waiters find out on their timers
   end
   return 1
 end

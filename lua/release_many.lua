@@ -6,7 +6,7 @@ for i = 1, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then
     redis.call('DEL', KEYS[i])
     if not pcall(redis.call, 'SPUBLISH', KEYS[i], 'released') then
-      redis.call('PUBLISH', KEYS[i], 'released')
+      pcall(redis.call, 'PUBLISH', KEYS[i], 'released') -- refused (no channel permission): waiters find out on their timers
     end
     n = n + 1
   end
