@@ -1,0 +1,138 @@
+-- grant.lua: the one way to wait, shared by wait.lua, release.lua,
+-- count_release.lua, leave.lua and release_many.lua (scripts.go puts it
+-- in front of them, or at their line "--@grant").
+--
+-- A key K has holders and a queue Q (a sorted set, by arrival in ms) of
+-- tickets. A ticket is a key of its own, P .. 't:' .. token (P: the prefix
+-- of K's side keys, Q without 'queue'), holding the waiter as JSON: kind
+-- k ('x' exclusive, 's' shared, 'n' a place of a semaphore of l places,
+-- 'm' every key of keys), token tok, value v, ttl, fenced f, client c. It
+-- expires unless its client renews it, so a dead waiter is skipped; '-'
+-- is a waiter that left. Q's members are the tickets' key names.
+--
+-- Whatever frees capacity runs grant: from the head of the queue on, it
+-- gives each live ticket what it waits for while that is free, sets what
+-- it holds with its ttl (and fence), and tells its client: in the reply
+-- when the client is the caller's, else by "<token> <fence>" on P ..
+-- 'to:' .. client.
+
+local MARKER = 'padlock:shared'
+
+local function now()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+local function announce(channel, msg)
+  if not pcall(redis.call, 'SPUBLISH', channel, msg) then
+    redis.call('PUBLISH', channel, msg)
+  end
+end
+
+local function prefix(Q) return string.sub(Q, 1, -6) end
+
+-- holders is where the holders of a shared or semaphore key are.
+local function holders(K, P, kind)
+  if kind == 's' then return P .. 'shared' end
+  return K
+end
+
+-- expire drops the expired holders of a shared or semaphore key.
+local function expire(K, P, kind, t)
+  local H = holders(K, P, kind)
+  local gone = redis.call('ZRANGEBYSCORE', H, '-inf', t)
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', H, '-inf', t)
+    for _, v in ipairs(gone) do redis.call('HDEL', P .. 'fences', string.sub(v, 1, 36)) end
+  end
+end
+
+-- settle makes a shared or semaphore key's keys expire with its last
+-- holder (and, for a semaphore, keeps its stored limit at least that long).
+local function settle(K, P, kind, t)
+  local H = holders(K, P, kind)
+  local last = redis.call('ZRANGE', H, -1, -1, 'WITHSCORES')
+  local ms = last[1] and (tonumber(last[2]) - t) or 0
+  if ms <= 0 then
+    if kind == 's' and redis.call('GET', K) == MARKER then redis.call('DEL', K) end
+    redis.call('DEL', H, P .. 'fences')
+    return
+  end
+  if kind == 's' then redis.call('SET', K, MARKER, 'PX', ms) end
+  redis.call('PEXPIRE', H, ms)
+  if redis.call('EXISTS', P .. 'fences') == 1 then redis.call('PEXPIRE', P .. 'fences', ms) end
+  if kind == 'n' and redis.call('PTTL', P .. 'limit') < ms then redis.call('PEXPIRE', P .. 'limit', ms) end
+end
+
+-- free reports whether a ticket of kind k for K could be admitted now.
+local function free(K, P, w, t)
+  if w.k == 'x' then return redis.call('EXISTS', K) == 0 end
+  if w.k == 's' then
+    local v = redis.call('GET', K)
+    return not v or v == MARKER
+  end
+  expire(K, P, 'n', t)
+  return redis.call('ZCARD', K) < tonumber(w.l)
+end
+
+-- admit gives K to a ticket (or a caller) w of kind 'x', 's' or 'n', and
+-- returns its fence (0 unfenced).
+local function admit(K, P, w, t)
+  local fence = 0
+  if w.f == 1 then fence = redis.call('INCR', P .. 'fence') end
+  local ttl = string.format('%d', w.ttl)
+  if w.k == 'x' then
+    redis.call('SET', K, w.v, 'PX', ttl)
+    return fence
+  end
+  local H = holders(K, P, w.k)
+  redis.call('ZADD', H, t + w.ttl, w.v)
+  if w.f == 1 then redis.call('HSET', P .. 'fences', w.tok, fence) end
+  settle(K, P, w.k, t)
+  return fence
+end
+
+-- grantTo hands what the ticket named head waits for to it, if all of it
+-- is free, and reports the fence, or nil if it must wait.
+local function grantTo(K, Q, head, w, t)
+  if w.k ~= 'm' then
+    if not free(K, prefix(Q), w, t) then return nil end
+    redis.call('ZREM', Q, head)
+    return admit(K, prefix(Q), w, t)
+  end
+  -- Every key, and first in every key's queue.
+  for _, kq in ipairs(w.keys) do
+    if redis.call('EXISTS', kq[1]) == 1 or redis.call('ZRANGE', kq[2], 0, 0)[1] ~= head then return nil end
+  end
+  for _, kq in ipairs(w.keys) do
+    redis.call('SET', kq[1], w.v, 'PX', string.format('%d', w.ttl))
+    redis.call('ZREM', kq[2], head)
+  end
+  return 0
+end
+
+-- grant serves K's queue Q from its head, while what the head waits for
+-- is free. It announces each grant, except to the client me, whose
+-- grants it appends to mine as token, fence.
+local function grant(K, Q, t, me, mine)
+  while true do
+    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    if not head then return mine end
+    local d = redis.call('GET', head)
+    if not d or d == '-' then
+      redis.call('ZREM', Q, head) -- its waiter is gone
+    else
+      local w = cjson.decode(d)
+      local fence = grantTo(K, Q, head, w, t)
+      if not fence then return mine end
+      redis.call('DEL', head)
+      if w.c == me then
+        mine[#mine + 1] = w.tok
+        mine[#mine + 1] = fence
+      else
+        announce(string.sub(head, 1, -#w.tok - 3) .. 'to:' .. w.c, w.tok .. ' ' .. fence)
+      end
+      if w.k ~= 's' and w.k ~= 'n' then return mine end
+    end
+  end
+end
