@@ -580,6 +580,12 @@ func (c *Client) checkCycle(ctx context.Context, key string, nodes []redis.Unive
 		return steps, fs
 	}
 	lastFence := first.Fence()
+	// The waiter's Lock, made here so that its ticket is known even if
+	// its wait fails (a waiter that left leaves a mark for a while).
+	wl, wo, err := waiter.newLock(ctx, key, checkTTL, append(opts, WithBackoff(ExponentialBackoff(checkWait, checkWait))))
+	if err != nil {
+		return steps, fs
+	}
 	defer func() {
 		rctx := context.WithoutCancel(ctx)
 		_ = first.Release(rctx)
@@ -588,7 +594,7 @@ func (c *Client) checkCycle(ctx context.Context, key string, nodes []redis.Unive
 			_ = second.Release(rctx)
 			values = append(values, second.value)
 		}
-		c.checkCleanup(ctx, key, nodes, values)
+		c.checkCleanup(ctx, key, nodes, values, wl.ticketKey(wl.tok()))
 	}()
 	if !step("extend", func() error { return first.Extend(ctx, checkTTL) }) {
 		return steps, fs
@@ -603,7 +609,7 @@ func (c *Client) checkCycle(ctx context.Context, key string, nodes []redis.Unive
 		var l *Lock
 		go func() {
 			var err error
-			l, err = waiter.Acquire(wctx, key, checkTTL, append(opts, WithBackoff(ExponentialBackoff(checkWait, checkWait)))...)
+			l, err = waiter.acquireObserved(wctx, wl, wo)
 			got <- err
 		}()
 		// Release once the waiter is queued (or after a while: it may
@@ -662,11 +668,12 @@ func (c *Client) sibling() *Client {
 
 // checkCleanup deletes key and every side key of it on each of nodes,
 // unless someone else used the key meanwhile (see check_cleanup.lua):
-// values are the last fence Check was given and its locks' values.
-func (c *Client) checkCleanup(ctx context.Context, key string, nodes []redis.UniversalClient, values []any) {
+// values are the last fence Check was given and its locks' values;
+// tickets, its waiter's.
+func (c *Client) checkCleanup(ctx context.Context, key string, nodes []redis.UniversalClient, values []any, tickets ...string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	keys := append([]string{key}, allSideKeys(key)...) // the counter and the queue first
+	keys := append(append([]string{key}, allSideKeys(key)...), tickets...) // the counter and the queue first
 	for _, r := range nodes {
 		_ = checkCleanupScript.Run(ctx, r, keys, values...).Err() // if it fails, the ttls free the lock
 	}

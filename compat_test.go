@@ -435,7 +435,7 @@ func onlyKeysBeginningWithTheLock(t *testing.T, s *matrixServer) {
 	slices.Sort(keys)
 	t.Logf("keys written: %v", keys)
 	for _, want := range []string{key, fenceKey(key), key + ":{" + key + "}:queue", key + "{m}:1",
-		sem, sem + ":{" + sem + "}:queue", sem + ":{" + sem + "}:seen", sem + ":{" + sem + "}:fences", fenceKey(sem),
+		sem, sem + ":{" + sem + "}:queue", sem + ":{" + sem + "}:limit", sem + ":{" + sem + "}:fences", fenceKey(sem),
 		rw, rw + ":{" + rw + "}:shared", rw + ":{" + rw + "}:fences", rw + ":{" + rw + "}:queue"} {
 		assert.True(t, written[want], "%s was written (the watch sees writes)", want)
 	}

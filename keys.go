@@ -2,26 +2,14 @@ package padlock
 
 import (
 	"context"
-	"time"
+	"strconv"
+	"strings"
 )
 
 // The keys of a lock, l.keys: [0] the lock itself; [1] its queue of
-// waiting clients (when the key can have side keys, see sideKey); [2] the
-// fencing counter (when fenced). Each script takes a prefix of them, or
-// handKeys. The side keys' names are slices of one string, l.side: the
-// queue, the fencing counter and the waiters' details (see handoff.go).
-
-// handoffGrace is how long a release reserves the lock for the first
-// queued waiter, which it names in its notification: long enough for the
-// notification and one attempt. If the waiter is gone, the others take the
-// lock after it.
-const handoffGrace = 100 * time.Millisecond
-
-var graceArg any = handoffGrace.Milliseconds()
-
-// queueTTL is how long a key's queue of waiters lives after its last
-// attempt, at the least: waiters poll more often than that.
-const queueTTL = time.Minute
+// waiting tickets, when its waiters queue in Redis (a key that can have
+// side keys, on one Redis or a Cluster; see wait.go); [2] the fencing
+// counter, when fenced.
 
 // queued reports whether l's waiters queue in Redis (its key has a queue).
 func (l *Lock) queued() bool { return l.keys[1] != "" }
@@ -38,26 +26,105 @@ func (l *Lock) tryKeys() []string {
 	return l.keys[:1]
 }
 
-// sideKeys returns the names of key's queue and fencing counter, and all
-// its side keys as one string: the queue, the fencing counter, the
-// waiters' details and the tokens that took the lock (see handoff.go).
-func sideKeys(key string) (side, queue, fence string) {
-	p := ":" // the prefix of every side key (see sideKey), after key
-	if !hasHashTag(key) {
-		p = ":{" + key + "}:"
+// queueKeys are the keys of the scripts of the one way to wait (wait.lua,
+// release.lua, leave.lua...): each key of the lock and its queue.
+func (l *Lock) queueKeys() []string {
+	m := l.multi()
+	if m == nil {
+		return l.keys[:2]
 	}
-	// One allocation, for a lock that may be taken and released at once.
-	side = key + p + "queue" + key + p + "fence" + key + p + "waiters" + key + p + "took"
-	n := len(key) + len(p)
-	return side, side[:n+len("queue")], side[n+len("queue") : 2*n+len("queuefence")]
+	keys := make([]string, 0, 2*len(m))
+	for _, k := range m {
+		keys = append(keys, k, sideKey(k, "queue"))
+	}
+	return keys
 }
 
-// sideName returns side key number i (0 the queue, 1 the fencing counter,
-// 2 the waiters' details, 3 the tokens that took the lock) from l.side.
-func (l *Lock) sideName(i int) string {
-	p := (len(l.side) - len("queuefencewaiterstook")) / 4
-	ends := [...]int{0, p + len("queue"), 2*p + len("queuefence"), 3*p + len("queuefencewaiters"), len(l.side)}
-	return l.side[ends[i]:ends[i+1]]
+// kind is the lock's kind as the scripts name it (see lua/grant.lua):
+// "x" exclusive, "s" a shared hold, "n" a place of a semaphore, "m" a
+// multi-key lock.
+func (l *Lock) kind() string {
+	switch {
+	case l.multi() != nil:
+		return "m"
+	case l.counted() == nil:
+		return "x"
+	case l.counted().shared:
+		return "s"
+	}
+	return "n"
+}
+
+// ticket is l's ticket as lua/grant.lua's parse reads it: what a release
+// sets for it when its turn comes.
+func (l *Lock) ticket() string {
+	var b strings.Builder
+	limit := 0
+	if k := l.counted(); k != nil {
+		limit = k.limit
+	}
+	var keys []string
+	if l.multi() != nil {
+		keys = l.queueKeys()
+	}
+	b.WriteString(l.kind())
+	for _, n := range []int64{l.ttl.Milliseconds(), int64(b2i(l.fenced()))} {
+		b.WriteByte(' ')
+		b.WriteString(strconv.FormatInt(n, 10))
+	}
+	b.WriteByte(' ')
+	b.WriteString(l.c.notify.id)
+	for _, n := range []int{limit, len(l.tok()), len(keys)} {
+		b.WriteByte(' ')
+		b.WriteString(strconv.Itoa(n))
+	}
+	for _, k := range keys {
+		b.WriteByte(' ')
+		b.WriteString(strconv.Itoa(len(k)))
+	}
+	b.WriteByte('\n')
+	b.WriteString(l.tok())
+	for _, k := range keys {
+		b.WriteString(k)
+	}
+	b.WriteString(l.value)
+	return b.String()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ticketKey is the name of the ticket of the waiter with token tok for
+// the lock l (on its first key): a side key of it, in its slot.
+func (l *Lock) ticketKey(tok string) string {
+	if m := l.multi(); m != nil {
+		return sideKey(m[0], "t:"+tok)
+	}
+	return sideKey(l.key, "t:"+tok)
+}
+
+// releaseOn deletes l on r if it is still ours, and reports 1 if it was,
+// else 0 (a multi-key lock with some keys no longer ours has the others
+// deleted, and reports 0). A lock whose waiters queue in Redis hands
+// what it frees to them (see wait.go); on the attempt path, the release
+// is announced on each key's channel.
+func (l *Lock) releaseOn(ctx context.Context, r doer) (int64, error) {
+	if l.queued() {
+		return l.releaseQueued(ctx, r)
+	}
+	keys := l.multi()
+	if keys == nil {
+		keys = l.keys[:1]
+	}
+	n, err := releaseManyScript.Run(ctx, r, keys, l.value).Int64()
+	if err != nil || n < int64(len(keys)) {
+		return 0, err
+	}
+	return 1, nil
 }
 
 // acquireOn runs one acquire attempt of l on r, and returns the reply of
@@ -69,55 +136,34 @@ func (l *Lock) acquireOn(ctx context.Context, r doer) (int64, error) {
 	return evalsha(ctx, r, acquireScript, l.acqCmd).Int64()
 }
 
-// releaseOn deletes l on r if it is still ours, and reports 1 if it was,
-// else 0. A multi-key lock with some keys no longer ours has the others
-// deleted, and reports 0.
-func (l *Lock) releaseOn(ctx context.Context, r doer) (int64, error) {
+// extendCall is the script, keys and arguments that extend l for ttl.
+func (l *Lock) extendCall(ttl int64) (luaScript, []string, []any) {
 	if k := l.counted(); k != nil {
-		return countReleaseScript.Run(ctx, r, k.keys[:5], l.value, graceArg, k.limit).Int64()
-	}
-	m := l.multi()
-	if m == nil {
-		if l.queued() {
-			return l.releaseHanding(ctx, r)
-		}
-		return evalsha(ctx, r, releaseScript, []any{"evalsha", releaseSHA, numKeys[1], l.key, l.args[0], graceArg}).Int64()
-	}
-	n, err := releaseManyScript.Run(ctx, r, m, l.args[0]).Int64()
-	if n < int64(len(m)) {
-		return 0, err
-	}
-	return 1, err
-}
-
-// extendCall is the script and keys that extend l.
-func (l *Lock) extendCall() (luaScript, []string) {
-	if k := l.counted(); k != nil {
-		return countExtendScript, k.keys[:5]
+		return countExtendScript, l.keys[:2], []any{l.value, ttl, l.kind()}
 	}
 	if m := l.multi(); m != nil {
-		return extendManyScript, m
+		return extendManyScript, m, []any{l.value, ttl}
 	}
-	return extendScript, l.keys[:1]
+	return extendScript, l.keys[:1], []any{l.value, ttl}
 }
 
-// pttlCall is the script and keys that read l's remaining ttl.
-func (l *Lock) pttlCall() (luaScript, []string) {
+// pttlCall is the script, keys and arguments that read l's remaining ttl.
+func (l *Lock) pttlCall() (luaScript, []string, []any) {
 	if k := l.counted(); k != nil {
-		return countPTTLScript, k.keys[:5]
+		return countPTTLScript, l.keys[:2], []any{l.value, l.kind()}
 	}
 	if m := l.multi(); m != nil {
-		return pttlManyScript, m
+		return pttlManyScript, m, []any{l.value}
 	}
-	return pttlScript, l.keys[:1]
+	return pttlScript, l.keys[:1], []any{l.value}
 }
 
 // sideNames are the names (see sideKey) of every side key any kind of lock
-// writes.
-var sideNames = []string{"fence", "queue", "waiters", "took", "shared", "seen", "fences"}
+// writes, besides the waiters' tickets.
+var sideNames = []string{"fence", "queue", "shared", "fences", "limit"}
 
 // allSideKeys returns every side key that any kind of lock on key may
-// have written: the fencing counter first, then the queue.
+// have written, but tickets: the fencing counter first, then the queue.
 func allSideKeys(key string) []string {
 	keys := make([]string, len(sideNames))
 	for i, name := range sideNames {

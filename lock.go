@@ -51,8 +51,7 @@ type Client struct {
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{opts: defaultOptions().with(opts), wait: sleep}
 	c.sched.c = c
-	c.notify.id = newToken()[:clientIDLen]
-	c.notify.idArg = c.notify.id
+	c.notify.id = newToken()[:8]
 	if !isNil(rdb) {
 		c.rdb = rdb
 	}
@@ -192,12 +191,11 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, o, fmt.Errorf("%w: fencing needs a key with a hash tag or without braces, got %q", ErrInvalid, key)
 	}
 	if queueable(key) {
-		side, queue, fence := sideKeys(key)
 		if c.nodes == nil { // a Redlock's waiters queue only in their Client
-			l.side, l.keys[1] = side, queue
+			l.keys[1] = sideKey(key, "queue")
 		}
 		if o.fencing {
-			l.keys[2] = fence
+			l.keys[2] = sideKey(key, "fence")
 		}
 	}
 	l.value = newToken()
@@ -320,7 +318,7 @@ func hasHashTag(key string) bool {
 // lock is released again before attempt returns.
 func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	if l.counted() != nil {
-		return c.countAttempt(ctx, l, false)
+		return c.tryQueued(ctx, l)
 	}
 	if c.nodes != nil {
 		return c.redlockAttempt(ctx, l)
@@ -429,7 +427,6 @@ type Lock struct {
 	key    string
 	value  string     // what the key holds: the token, then " " and metadata if any
 	keys   [3]string  // the key, its queue, its fence key, or "" (see keys.go)
-	side   string     // the names of its side keys, when it has a queue (see keys.go)
 	x      *lockExtra // what few locks need, or nil
 	args   [2]any     // the value and the acquire ttl, boxed once: script arguments
 	acqCmd []any      // the acquire script's EVALSHA, built once (see evalsha)
@@ -761,8 +758,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 		defer conn.Close()
 	}
 	sent := time.Now()
-	script, keys := l.extendCall()
-	n, err := script.Run(ctx, r, keys, l.value, ttl.Milliseconds()).Int64()
+	script, keys, args := l.extendCall(ttl.Milliseconds())
+	n, err := script.Run(ctx, r, keys, args...).Int64()
 	if err != nil || n == 0 {
 		return false, err
 	}
@@ -800,8 +797,8 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if l.c.nodes != nil {
 		n, err = l.redlockTTL(ctx)
 	} else {
-		script, keys := l.pttlCall()
-		n, err = script.Run(ctx, l.c.rdb, keys, l.value).Int64()
+		script, keys, args := l.pttlCall()
+		n, err = script.Run(ctx, l.c.rdb, keys, args...).Int64()
 	}
 	switch {
 	case err != nil:

@@ -3,24 +3,25 @@ package padlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Release notifications.
+// Notifications.
 //
-// The release script publishes "released" on a channel named like the
-// lock's key (SPUBLISH where the server has sharded pub/sub, so it goes only
-// to the key's shard; PUBLISH otherwise). Waiters of one Client queue per
-// key, first come first served; while a key has waiters the Client
-// subscribes its channel, and a message wakes only the head of the queue,
-// which makes one attempt. The head also keeps its own timer (the holder's
-// remaining ttl, or the backoff), in case a message is lost.
+// A Client subscribes, while it has waiters for a key, to the key's
+// channel: on the one way to wait (see wait.go) its own channel for the
+// key, on which grants to its waiters are announced ("<token> <fence>");
+// on the attempt path (Redlock, keys with a brace but no hash tag), the
+// key's own channel, on which releases are announced ("released"), which
+// wakes the first of its waiters for the key to attempt. SPUBLISH where
+// the server has sharded pub/sub, so that only the key's shard hears it;
+// PUBLISH otherwise.
 
 // errAlreadySubscribed: someone else subscribed the channel.
 var errAlreadySubscribed = errors.New("padlock: already subscribed")
@@ -36,41 +37,37 @@ const subscribeTimeout = time.Second
 // key uses it.
 const subscriberLinger = 200 * time.Millisecond
 
-// A waiter is one Acquire call waiting in its key's queue.
+// A waiter is one Acquire call waiting in its key's queue in this Client.
+// The fields after obs are under the notifier's mu.
 type waiter struct {
-	key        string
-	token      string        // the waiting Lock's token: a release may name it
-	wake       chan struct{} // a release was announced, or the head before us gave up: attempt now
-	turn       chan struct{} // we became the head of the queue
-	registered bool          // queued in Redis (see handoff.go); under the notifier's mu
-	obs        *Observer     // the waiting Lock's observer, or nil
-	all        bool          // a free waiter woken by every "released" (a shared hold), not only when named
+	key   string        // its queue's key (a multi-key lock's first key)
+	lock  *Lock         // the waiting Lock
+	wake  chan struct{} // attempt now: a release was announced, the head before us gave up, its ticket is gone, Close
+	turn  chan struct{} // it became the first of its key's waiters here
+	grant chan grant    // the one way to wait: the lock was granted to it
+	obs   *Observer     // the waiting Lock's observer, or nil
 
-	// A waiter that a release may hand the lock to (see handoff.go); the
-	// fields below are under the notifier's mu.
-	handing   bool
-	fenced    bool
-	lock      *Lock // the waiting Lock (compared, not read)
-	ttl       time.Duration
-	hand      chan handoff // the lock was handed to it
-	value     string       // the waiting Lock's value
-	args      [5]any       // its registration, as script arguments
-	firstSent time.Time    // when a call that queues it in Redis was first sent
-	handedOff bool         // its observer was told of the hand-off
+	token     string // the waiting Lock's token
+	handedOff bool   // its observer was told of a grant
+
+	// The one way to wait (see wait.go).
+	handing   bool      // it waits the one way
+	ticket    string    // its ticket, as the scripts read it
+	queued    bool      // a call found or made its ticket in Redis
+	alive     time.Time // when the latest such call was sent: a grant came after it
+	lease     *lease    // its ticket's renewal in the scheduler
+	pending   bool      // to be queued by the release of a Lock of this Client that holds the key
+	holdUntil time.Time // while pending: when that Lock expires
+	carried   bool      // a release in flight is queueing it
+	removed   bool      // it stopped waiting
+	expires   time.Time // when what keeps it out expires, as far as it knows (zero: unknown)
 }
 
-// A keyQueue is the FIFO of one key's waiters, head first, and its free
-// waiters (semaphores and shared holds), who wait in Redis's queue rather
-// than in turn here: a semaphore's release names the waiter that its
-// freed place goes to, and a "released" wakes every shared one.
+// A keyQueue is one key's waiters in this Client, first come first.
 type keyQueue struct {
 	waiters    []*waiter
-	free       []*waiter
-	subscribed bool // its channel is subscribed (or being subscribed)
-
-	holder      *Lock     // a Lock of this Client handed the key by a waiter, until released
-	holderUntil time.Time // and its deadline
-	renewed     time.Time // when its waiters' registrations were last all sent (see registrations)
+	subscribed bool                // its channel is subscribed (or being subscribed)
+	holders    map[*Lock]time.Time // Locks of this Client that got the key by waiting, to their deadlines (see wait.go)
 }
 
 // A subscriber is one pub/sub connection and the goroutine reading it.
@@ -81,22 +78,20 @@ type subscriber struct {
 	idle    *time.Timer   // while no key uses it: closes it; under the notifier's mu
 }
 
-// notifier is the Client's state for release notifications.
+// notifier is the Client's state for waiting and notifications.
 type notifier struct {
 	mu      sync.Mutex
 	closed  bool
 	queues  map[string]*keyQueue
+	tokens  map[string]*waiter     // the one way's waiters, by token
 	subs    map[string]*subscriber // by routing group, see group
 	sharded int                    // 0 unknown, 1 sharded pub/sub works, -1 it does not
-	handing atomic.Int64           // waiters with handing set, in the queues: when 0, a release looks no further
-
-	id        string            // this Client's name in its waiters' registrations (see handChannel)
-	idArg     any               // id, boxed once as a script argument
-	handChans map[string]string // the hand-off channel of each key with a queue, to the key
+	id      string                 // this Client's name in its tickets (see handChannel)
 }
 
-// enqueue adds a waiter for key at the tail of its queue. It reports
-// whether the waiter is the head (and so may attempt at once).
+// enqueue adds a waiter for key at the tail of its queue, for the attempt
+// path. It reports whether the waiter is the head (and so may attempt at
+// once).
 func (c *Client) enqueue(key, token string, obs *Observer) (*waiter, bool, error) {
 	w := &waiter{key: key, token: token, obs: obs, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
 	q, err := c.queueFor(key)
@@ -106,19 +101,6 @@ func (c *Client) enqueue(key, token string, obs *Observer) (*waiter, bool, error
 	defer c.notify.mu.Unlock()
 	q.waiters = append(q.waiters, w)
 	return w, len(q.waiters) == 1, nil
-}
-
-// enqueueFree adds a free waiter for key (see keyQueue); all says whether
-// every "released" wakes it.
-func (c *Client) enqueueFree(key, token string, all bool) (*waiter, error) {
-	w := &waiter{key: key, token: token, all: all, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
-	q, err := c.queueFor(key)
-	if err != nil {
-		return nil, err
-	}
-	defer c.notify.mu.Unlock()
-	q.free = append(q.free, w)
-	return w, nil
 }
 
 // queueFor returns key's queue, made if needed, with the notifier's mu
@@ -137,63 +119,40 @@ func (c *Client) queueFor(key string) (*keyQueue, error) {
 	if q == nil {
 		q = &keyQueue{}
 		n.queues[key] = q
-		if n.handChans == nil {
-			n.handChans = make(map[string]string)
-		}
-		if queueable(key) {
-			n.handChans[handChannel(key, n.id)] = key
-		}
 	}
 	return q, nil
 }
 
 // dequeue removes w from its queue. If w was the head, the next waiter
-// becomes head: woken to attempt at once if w did not get the lock (it may
-// be free), or only told it is head if w got it (it is held: the next
-// release will wake it). The last waiter out unsubscribes the key.
+// becomes head; on the attempt path it is also woken to attempt at once if
+// w did not get the lock (it may be free). The last waiter out
+// unsubscribes the key.
 func (c *Client) dequeue(w *waiter, acquired bool) {
 	n := &c.notify
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	q := n.queues[w.key]
 	if q == nil {
-		n.mu.Unlock()
 		return
 	}
-	head := len(q.waiters) > 0 && q.waiters[0] == w
-	for i, x := range q.waiters {
-		if x == w {
-			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-			if w.handing {
-				n.handing.Add(-1)
-			}
-			break
-		}
+	i := slices.Index(q.waiters, w)
+	if i < 0 {
+		return
 	}
-	for i, x := range q.free {
-		if x == w {
-			q.free = append(q.free[:i], q.free[i+1:]...)
-			break
-		}
-	}
-	if head && len(q.waiters) > 0 {
+	q.waiters = slices.Delete(q.waiters, i, i+1)
+	if i == 0 && len(q.waiters) > 0 {
 		next := q.waiters[0]
 		signal(next.turn)
-		if !acquired || !next.registered {
-			// The lock may be free; or the next waiter is not queued in
-			// Redis, so no release would name it: it must attempt now.
+		if !acquired && !w.handing {
 			signal(next.wake)
 		}
 	}
-	if len(q.waiters) == 0 && len(q.free) == 0 {
+	if len(q.waiters) == 0 {
 		delete(n.queues, w.key)
-		if queueable(w.key) {
-			delete(n.handChans, handChannel(w.key, n.id))
-		}
 		if q.subscribed {
 			c.unsubscribeLocked(w.key)
 		}
 	}
-	n.mu.Unlock()
 }
 
 func signal(ch chan struct{}) {
@@ -203,40 +162,29 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// released handles a release notification of key: msg is the token of
-// the waiter the lock was handed to (wake it, if it is ours), or
-// releasedMsg (wake our head).
-func (n *notifier) released(key, msg string) {
+// received handles a message on channel: a grant to one of this Client's
+// waiters ("<token> <fence>"), or a release of the key (wake its head).
+func (n *notifier) received(channel, msg string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if tok, fence, ok := parseHandoff(msg); ok {
-		// On this Client's own hand-off channel of the key (see handChannel).
-		if k, ok := n.handChans[key]; ok {
-			n.deliverLocked(k, tok, handoff{fence: fence}, true)
+	if msg != releasedMsg {
+		if tok, fence, ok := parseGrant(msg); ok {
+			n.grantLocked(tok, grant{fence: fence})
 		}
 		return
 	}
-	q := n.queues[key]
-	if q == nil {
-		return
-	}
-	for _, w := range q.free {
-		if w.token == msg || w.all && msg == releasedMsg {
-			signal(w.wake)
-		}
-	}
-	if len(q.waiters) == 0 {
-		return
-	}
-	if msg == releasedMsg {
+	if q := n.queues[channel]; q != nil && len(q.waiters) > 0 {
 		signal(q.waiters[0].wake)
-		return
 	}
-	for _, w := range q.waiters {
-		if w.token == msg {
+}
+
+// wakeAll wakes every waiter to attempt: messages may have been lost.
+func (n *notifier) wakeAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, q := range n.queues {
+		for _, w := range q.waiters {
 			signal(w.wake)
-			n.handOffLocked(w)
-			return
 		}
 	}
 }
@@ -402,12 +350,13 @@ func (s *subscriber) read(n *notifier) {
 				return
 			}
 			// go-redis reconnects and resubscribes on the next Receive;
-			// messages sent meanwhile are lost, and timers cover them.
+			// messages sent meanwhile are lost: every waiter looks.
 			time.Sleep(10 * time.Millisecond)
+			n.wakeAll()
 			continue
 		}
 		if m, ok := msg.(*redis.Message); ok {
-			n.released(m.Channel, m.Payload)
+			n.received(m.Channel, m.Payload)
 		}
 	}
 }
@@ -470,7 +419,7 @@ func (n *notifier) closeAll() {
 	n.mu.Lock()
 	n.closed = true
 	for _, q := range n.queues {
-		for _, w := range append(q.waiters, q.free...) {
+		for _, w := range q.waiters {
 			signal(w.wake)
 			signal(w.turn)
 		}

@@ -159,9 +159,9 @@ func (l *Lock) redlockRelease(ctx context.Context) (int64, error) {
 func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, error) {
 	c := l.c
 	sent := time.Now()
-	script, keys := l.extendCall()
+	script, keys, args := l.extendCall(ttl.Milliseconds())
 	ours, notOurs, err := c.redlockCount(ctx, ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		return script.Run(ctx, r, keys, l.value, ttl.Milliseconds()).Int64()
+		return script.Run(ctx, r, keys, args...).Int64()
 	})
 	switch {
 	case ours >= c.quorum() && time.Since(sent) < ttl-drift(ttl):
@@ -179,11 +179,11 @@ func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, erro
 // among the nodes that hold the lock; -3 if fewer than a quorum do.
 func (l *Lock) redlockTTL(ctx context.Context) (int64, error) {
 	c := l.c
-	script, keys := l.pttlCall()
+	script, keys, args := l.pttlCall()
 	var ttls []int64
 	var errs []error
 	for _, r := range c.onNodes(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		return script.Run(ctx, r, keys, l.value).Int64()
+		return script.Run(ctx, r, keys, args...).Int64()
 	}) {
 		switch {
 		case r.err != nil:

@@ -61,19 +61,15 @@ func sleep(ctx context.Context, _ string, d time.Duration) error {
 }
 
 // acquireWaiting is Acquire once its arguments are checked: attempts, and
-// waits between them, until l is acquired or ctx ends. Semaphores and
-// shared holds wait in countWaiting, and locks whose waiters queue in
-// Redis in queueWaiting (see handoff.go); what is left here is multi-key
-// locks, Redlock and keys with a brace but no hash tag.
+// waits between them, until l is acquired or ctx ends. Locks whose waiters
+// queue in Redis wait in queueWaiting (see wait.go); what is left here, the
+// attempt path, is Redlock and keys with a brace but no hash tag.
 //
 // With notifications on, the call queues behind this Client's earlier
 // waiters for the key and does not attempt before its turn: a release wakes
 // only the head of the queue. The head also sleeps no longer than the
 // holder's remaining ttl or its backoff, in case a notification is lost.
 func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Lock, err error) {
-	if l.counted() != nil {
-		return c.countWaiting(ctx, l, o)
-	}
 	if l.queued() {
 		return c.queueWaiting(ctx, l, o)
 	}

@@ -38,13 +38,21 @@ type scheduler struct {
 // scheduler's mu.
 type lease struct {
 	l       *Lock
-	ttl     time.Duration
-	sent    time.Time // when the last successful acquire or extend was sent
-	retryAt time.Time // after a failed renewal: not before then
-	err     error     // the last renewal error
+	w       *waiter       // a waiter's ticket (see wait.go), not a held lock
+	ttl     time.Duration // the lock's ttl, or the ticket's life
+	sent    time.Time     // when the last successful acquire or extend was sent
+	retryAt time.Time     // after a failed renewal: not before then
+	err     error         // the last renewal error
 }
 
-func (ls *lease) due() time.Time { return ls.sent.Add(ls.ttl / 3) }
+// due is when ls is to be renewed: a lock at a third of its ttl, a
+// ticket at half its life.
+func (ls *lease) due() time.Time {
+	if ls.w != nil {
+		return ls.sent.Add(ls.ttl / 2)
+	}
+	return ls.sent.Add(ls.ttl / 3)
+}
 
 // early is the earliest a lease may be renewed to share a pipeline.
 func (ls *lease) early() time.Time { return ls.due().Add(-ls.ttl / 30) }
@@ -283,6 +291,10 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 		s.mu.Unlock()
 
 		for i, ls := range lost {
+			if ls.w != nil {
+				s.c.ticketGone(ls) // lapsed: its waiter attempts, and queues again
+				continue
+			}
 			ls.l.lose(causes[i])
 		}
 		for _, l := range expired {
@@ -319,9 +331,14 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	rdb := s.c.rdb
 	var deadline time.Time
 	locked := b.leases[:0:0]
-	var single []*lease // WithReplicas or Redlock: one at a time
+	var single []*lease  // WithReplicas or Redlock: one at a time
+	var tickets []*lease // waiters' tickets
 	s.mu.Lock()
 	for _, ls := range b.leases {
+		if ls.w != nil {
+			tickets = append(tickets, ls)
+			continue
+		}
 		if ls.l.replicaCount() > 0 || ls.l.c.nodes != nil {
 			single = append(single, ls)
 			continue
@@ -344,6 +361,11 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 			ls.l.extendMu.Unlock()
 		}
 	}()
+	if len(tickets) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), tickets[0].ttl/2)
+		s.renewTickets(ctx, tickets)
+		cancel()
+	}
 	for _, ls := range single {
 		s.renewOne(ls)
 	}
@@ -360,7 +382,7 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	missing := map[string]luaScript{}
 	for i, cmd := range cmds {
 		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			script, _ := locked[i].l.extendCall()
+			script, _, _ := locked[i].l.extendCall(0)
 			missing[script.Hash()] = script
 		}
 	}
@@ -446,8 +468,8 @@ func (s *scheduler) extendAll(ctx context.Context, rdb redis.UniversalClient, le
 	cmds := make([]*redis.Cmd, len(leases))
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, ls := range leases {
-			script, keys := ls.l.extendCall()
-			cmds[i] = script.EvalSha(ctx, p, keys, ls.l.value, ttls[i].Milliseconds())
+			script, keys, args := ls.l.extendCall(ttls[i].Milliseconds())
+			cmds[i] = script.EvalSha(ctx, p, keys, args...)
 		}
 		return nil
 	})

@@ -3,7 +3,6 @@ package padlock
 import (
 	"context"
 	"embed"
-	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -14,20 +13,19 @@ import (
 // the script.
 var (
 	acquireScript      = script("acquire")
-	releaseScript      = handoffScript("release")
+	releaseScript      = grantScript("release")
 	extendScript       = script("extend")
 	pttlScript         = script("pttl")
-	waitScript         = handoffScript("wait")
-	leaveScript        = handoffScript("leave")
+	waitScript         = grantScript("wait")
+	leaveScript        = grantScript("leave")
 	acquireManyScript  = script("acquire_many")
 	releaseManyScript  = script("release_many")
 	extendManyScript   = script("extend_many")
 	pttlManyScript     = script("pttl_many")
 	inspectScript      = script("inspect")
 	checkCleanupScript = script("check_cleanup")
-	countScript        = script("count")
-	countReleaseScript = script("count_release")
-	countExtendScript  = script("count_extend")
+	countReleaseScript = grantScript("count_release")
+	countExtendScript  = grantScript("count_extend")
 	countPTTLScript    = script("count_pttl")
 )
 
@@ -45,18 +43,14 @@ func script(name string) luaScript {
 	return luaScript{redis.NewScript(src), src}
 }
 
-// handoffScript is a script that hands the lock to the next waiter: it
-// uses lua/handoff.lua, and the constants that file uses, inserted at its
-// line "--@handoff" (or before it, without one).
-func handoffScript(name string) luaScript {
-	lib := fmt.Sprintf("local QUEUE_TTL, WAITER_LIFE, GONE_LIFE = %d, %d, %d\n",
-		queueTTL.Milliseconds(), waiterLife.Milliseconds(), goneLife.Milliseconds()) + source("handoff")
-	src := source(name)
-	if before, after, ok := strings.Cut(src, "--@handoff\n"); ok {
-		src = before + lib + after
-	} else {
-		src = lib + src
+// grantScript is a script that uses lua/grant.lua, inserted at its line
+// "--@grant".
+func grantScript(name string) luaScript {
+	before, after, ok := strings.Cut(source(name), "--@grant\n")
+	if !ok {
+		panic("lua/" + name + ".lua has no --@grant line") // embedded at build time: a test runs it
 	}
+	src := before + source("grant") + after
 	return luaScript{redis.NewScript(src), src}
 }
 
@@ -72,7 +66,6 @@ func source(name string) string {
 // arguments (see evalsha).
 var (
 	acquireSHA any = acquireScript.Hash()
-	releaseSHA any = releaseScript.Hash()
 	numKeys        = [...]any{"0", "1", "2", "3", "4", "5"}
 )
 

@@ -4,9 +4,7 @@
 --
 -- A key K has holders and a queue Q (a sorted set, by arrival in ms) of
 -- tickets. A ticket is a key of its own, P .. 't:' .. token (P: the prefix
--- of K's side keys, Q without 'queue'), holding the waiter as JSON: kind
--- k ('x' exclusive, 's' shared, 'n' a place of a semaphore of l places,
--- 'm' every key of keys), token tok, value v, ttl, fenced f, client c. It
+-- of K's side keys, Q without 'queue'), holding the waiter (see parse). It
 -- expires unless its client renews it, so a dead waiter is skipped; '-'
 -- is a waiter that left. Q's members are the tickets' key names.
 --
@@ -23,13 +21,40 @@ local function now()
   return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
+-- announce publishes msg on channel (sharded where the server has it); a
+-- refused channel (ACL) only delays the waiter to its next renewal.
 local function announce(channel, msg)
   if not pcall(redis.call, 'SPUBLISH', channel, msg) then
-    redis.call('PUBLISH', channel, msg)
+    pcall(redis.call, 'PUBLISH', channel, msg)
   end
 end
 
 local function prefix(Q) return string.sub(Q, 1, -6) end
+
+-- parse reads a ticket: the line "kind ttl fenced client limit toklen
+-- n len1 .. lenn", then the token, n strings of those lengths (for a
+-- multi-key lock, each key and its queue) and the value. kind is 'x'
+-- exclusive, 's' shared, 'n' a place of a semaphore of limit places, or
+-- 'm' every key of keys.
+local function parse(d)
+  local nl = string.find(d, '\n', 1, true)
+  local f = {}
+  for x in string.gmatch(string.sub(d, 1, nl - 1), '%S+') do f[#f + 1] = x end
+  local w = {k = f[1], ttl = tonumber(f[2]), f = tonumber(f[3]), c = f[4], l = tonumber(f[5])}
+  local pos = nl + 1
+  w.tok = string.sub(d, pos, pos + tonumber(f[6]) - 1)
+  pos = pos + tonumber(f[6])
+  if tonumber(f[7]) > 0 then
+    w.keys = {}
+    for i = 1, tonumber(f[7]) do
+      local len = tonumber(f[7 + i])
+      w.keys[i] = string.sub(d, pos, pos + len - 1)
+      pos = pos + len
+    end
+  end
+  w.v = string.sub(d, pos)
+  return w
+end
 
 -- holders is where the holders of a shared or semaphore key are.
 local function holders(K, P, kind)
@@ -56,6 +81,7 @@ local function settle(K, P, kind, t)
   if ms <= 0 then
     if kind == 's' and redis.call('GET', K) == MARKER then redis.call('DEL', K) end
     redis.call('DEL', H, P .. 'fences')
+    if kind == 'n' and redis.call('EXISTS', P .. 'queue') == 0 then redis.call('DEL', P .. 'limit') end
     return
   end
   if kind == 's' then redis.call('SET', K, MARKER, 'PX', ms) end
@@ -64,7 +90,8 @@ local function settle(K, P, kind, t)
   if kind == 'n' and redis.call('PTTL', P .. 'limit') < ms then redis.call('PEXPIRE', P .. 'limit', ms) end
 end
 
--- free reports whether a ticket of kind k for K could be admitted now.
+-- free reports whether a ticket (or a caller) w of kind 'x', 's' or 'n'
+-- could be admitted to K now.
 local function free(K, P, w, t)
   if w.k == 'x' then return redis.call('EXISTS', K) == 0 end
   if w.k == 's' then
@@ -87,6 +114,7 @@ local function admit(K, P, w, t)
   end
   local H = holders(K, P, w.k)
   redis.call('ZADD', H, t + w.ttl, w.v)
+  if w.k == 'n' then redis.call('SET', P .. 'limit', w.l, 'KEEPTTL') end
   if w.f == 1 then redis.call('HSET', P .. 'fences', w.tok, fence) end
   settle(K, P, w.k, t)
   return fence
@@ -101,14 +129,50 @@ local function grantTo(K, Q, head, w, t)
     return admit(K, prefix(Q), w, t)
   end
   -- Every key, and first in every key's queue.
-  for _, kq in ipairs(w.keys) do
-    if redis.call('EXISTS', kq[1]) == 1 or redis.call('ZRANGE', kq[2], 0, 0)[1] ~= head then return nil end
+  for i = 1, #w.keys, 2 do
+    if redis.call('EXISTS', w.keys[i]) == 1 or redis.call('ZRANGE', w.keys[i + 1], 0, 0)[1] ~= head then return nil end
   end
-  for _, kq in ipairs(w.keys) do
-    redis.call('SET', kq[1], w.v, 'PX', string.format('%d', w.ttl))
-    redis.call('ZREM', kq[2], head)
+  for i = 1, #w.keys, 2 do
+    redis.call('SET', w.keys[i], w.v, 'PX', string.format('%d', w.ttl))
+    redis.call('ZREM', w.keys[i + 1], head)
   end
   return 0
+end
+
+-- channel is the channel of the client of the ticket named head.
+local function channel(head, w)
+  return string.sub(head, 1, -#w.tok - 3) .. 'to:' .. w.c
+end
+
+-- tell gives the client me's grants (and hints) in mine, and the others'
+-- by message.
+local function tell(head, w, fence, me, mine)
+  if w.c == me then
+    mine[#mine + 1] = w.tok
+    mine[#mine + 1] = fence
+  else
+    announce(channel(head, w), w.tok .. ' ' .. fence)
+  end
+end
+
+-- tellHead tells the first waiter of K's queue Q when what keeps it out
+-- expires, in ms, as a grant with the fence -1 - ms (a hint: it is not
+-- granted), so that it looks then if nobody releases.
+local function tellHead(K, Q, t, me, mine)
+  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  if not head then return mine end
+  local d = redis.call('GET', head)
+  if not d or d == '-' then return mine end
+  local w = parse(d)
+  local ms = -1
+  if w.k == 'n' then
+    local first = redis.call('ZRANGE', K, 0, 0, 'WITHSCORES')
+    if first[1] then ms = tonumber(first[2]) - t end
+  else
+    ms = redis.call('PTTL', K)
+  end
+  if ms >= 0 then tell(head, w, -1 - ms, me, mine) end
+  return mine
 end
 
 -- grant serves K's queue Q from its head, while what the head waits for
@@ -122,16 +186,11 @@ local function grant(K, Q, t, me, mine)
     if not d or d == '-' then
       redis.call('ZREM', Q, head) -- its waiter is gone
     else
-      local w = cjson.decode(d)
+      local w = parse(d)
       local fence = grantTo(K, Q, head, w, t)
       if not fence then return mine end
       redis.call('DEL', head)
-      if w.c == me then
-        mine[#mine + 1] = w.tok
-        mine[#mine + 1] = fence
-      else
-        announce(string.sub(head, 1, -#w.tok - 3) .. 'to:' .. w.c, w.tok .. ' ' .. fence)
-      end
+      tell(head, w, fence, me, mine)
       if w.k ~= 's' and w.k ~= 'n' then return mine end
     end
   end

@@ -1,12 +1,34 @@
--- leave.lua: the waiter with token ARGV[1] and value ARGV[2] gives up: it
--- leaves the queue (see handoff.lua), and passes on a lock that was handed
--- or reserved to it, as a release would; ARGV[3] is the grace of a
--- reservation. Returns 1 if it passed the lock on, else 0.
-local reserved = redis.call('ZREM', KEYS[2], '>' .. ARGV[1])
-unqueue(ARGV[1])
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[2] or (reserved == 1 and not v) then
-  pass(now(), ARGV[3])
-  return 1
+-- leave.lua: a waiter gives up (see grant.lua). KEYS as in wait.lua;
+-- ARGV[1] its ticket (see grant.lua's parse), ARGV[2] how long Redis remembers that it
+-- left (ms). Its ticket becomes '-' (so that no call queues it again),
+-- it leaves every queue, and what was granted to it meanwhile is passed
+-- on, as a release would. Returns {1 if it passed something on, else 0,
+-- grants...}, grants as in wait.lua.
+--@grant
+local w = parse(ARGV[1])
+local K, Q = KEYS[1], KEYS[2]
+local P = prefix(Q)
+local t = now()
+local ticket = P .. 't:' .. w.tok
+redis.call('SET', ticket, '-', 'PX', ARGV[2])
+for i = 2, #KEYS, 2 do redis.call('ZREM', KEYS[i], ticket) end
+local out = {0}
+if w.k == 'x' or w.k == 'm' then
+  for i = 1, #KEYS, 2 do
+    if redis.call('GET', KEYS[i]) == w.v then
+      redis.call('DEL', KEYS[i])
+      out[1] = 1
+    end
+  end
+else
+  if redis.call('ZREM', holders(K, P, w.k), w.v) == 1 then
+    redis.call('HDEL', P .. 'fences', w.tok)
+    settle(K, P, w.k, t)
+    out[1] = 1
+  end
 end
-return 0
+for i = 1, #KEYS, 2 do
+  grant(KEYS[i], KEYS[i + 1], t, w.c, out)
+  tellHead(KEYS[i], KEYS[i + 1], t, w.c, out)
+end
+return out

@@ -1,32 +1,49 @@
--- release.lua: release the lock KEYS[1] if it still holds the value ARGV[1].
--- With a queue (KEYS[2..5], see handoff.lua), first queue the waiters
--- given from ARGV[4] on (of the releasing client, who would otherwise
--- queue with a round trip of their own), then hand the lock to the first
--- waiter, or delete it; ARGV[2] is the grace of a reservation, ARGV[3]
--- the releasing client (a hand-off to its own waiter is not announced:
--- the reply says it). With no
--- queue key, delete it and announce "released" to all waiters.
--- Returns 0 if it was not ours (or gone), and changes nothing; 1 if it was
--- deleted; {token, fence} if it was handed to that waiter.
+-- release.lua: release a lock whose waiters queue in Redis (see
+-- grant.lua): KEYS the lock's key and its queue (for a multi-key lock, the
+-- same for every key); ARGV[1] its value, ARGV[2] the releasing client,
+-- ARGV[3] how long a ticket lives (ms), then pairs of token and ticket
+-- (see grant.lua's parse) of the client's waiters for the key that no call has queued yet:
+-- they are queued first, unless they left meanwhile.
 --
--- The common case, nobody waiting, comes before handoff.lua's functions
--- (inserted at the marker below), which would otherwise be built on every
--- call.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-if not KEYS[2] then
-  redis.call('DEL', KEYS[1])
-  if not pcall(redis.call, 'SPUBLISH', KEYS[1], 'released') then
-    pcall(redis.call, 'PUBLISH', KEYS[1], 'released') -- refused (no channel permission): waiters find out on their timers
+-- It deletes every key that still holds the value and serves the queues.
+-- Returns 0 if no key was ours (it changes nothing); 1 if every key was
+-- ours and nobody waits; else {1 or 0 (every key was ours, or not),
+-- grants...}, grants as in wait.lua, and a hint for the first waiter left
+-- (see grant.lua's tellHead).
+--
+-- The common case, nobody waiting, comes before grant.lua's functions
+-- (inserted at the marker), which would otherwise be built on every call.
+local n, all = 0, true
+for i = 1, #KEYS, 2 do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    n = n + 1
+  else
+    all = false
   end
-  return 1
 end
-if not ARGV[4] and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('DEL', KEYS[1]) -- nobody waits
-  return 1
+if n == 0 then return 0 end
+local ours = all and 1 or 0
+if not ARGV[4] then
+  local queued = false
+  for i = 2, #KEYS, 2 do
+    if redis.call('EXISTS', KEYS[i]) == 1 then queued = true end
+  end
+  if not queued then return ours end
 end
---@handoff
+--@grant
 local t = now()
-register(4, t, ARGV[1])
-return pass(t, ARGV[2], ARGV[3])
+local P = prefix(KEYS[2])
+for i = 4, #ARGV, 2 do
+  local ticket = P .. 't:' .. ARGV[i]
+  if redis.call('SET', ticket, ARGV[i + 1], 'PX', ARGV[3], 'NX') then
+    redis.call('ZADD', KEYS[2], 'NX', t, ticket)
+  end
+end
+if ARGV[4] then redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[3])) end
+local out = {ours}
+for i = 1, #KEYS, 2 do
+  grant(KEYS[i], KEYS[i + 1], t, ARGV[2], out)
+  tellHead(KEYS[i], KEYS[i + 1], t, ARGV[2], out)
+end
+return out

@@ -1,53 +1,115 @@
--- wait.lua: an attempt by a waiting Acquire, fair across clients: waiters
--- queue in Redis and a release hands the lock to the first of them (see
--- handoff.lua, prepended). ARGV[1] the caller's value; ARGV[2] its ttl in
--- ms; ARGV[3] its token; ARGV[4] 1 if it is fenced, else 0; ARGV[5] its
--- client (see handoff.lua's handTo); from ARGV[6] on, the client's
--- waiters for the key to queue or renew (as in
--- handoff.lua's register, the caller among them).
+-- wait.lua: one attempt of an acquire, of any kind (see grant.lua).
+-- KEYS: the lock's key and its queue, and for a multi-key lock the same
+-- for every key. ARGV[1] the caller's ticket (as grant.lua's parse reads
+-- them); ARGV[2] how long a ticket lives, in ms, 0 for one try (no
+-- queueing); ARGV[3] 'new' for the first attempt of a wait, 'keep' once
+-- the caller has a ticket.
 --
--- Returns {1, fence} when the lock is the caller's (fence 0 unfenced), and
--- {1, fence, 1} when it found the lock already set for it (handed over);
--- {0, pttl, holder, fence, now} when someone holds it for pttl more ms (-1:
--- no expiry), where holder is the first 36 bytes of its value, and now 1
--- if this call handed it to that waiter (the lock was free), with its
--- fence (else 0: a waiter that finds the lock was handed to it earlier
--- confirms it, and learns its fence then); {2, ms} when it is free but
--- reserved for another waiter for ms more.
+-- Returns {1, fence, grants...} when the caller holds the lock now (it
+-- was free, handed to it, or its own earlier attempt took it); {0, ms,
+-- grants...} when it must wait (ms: until the holder that keeps it out
+-- expires, -1 unknown; a ticket is queued, or kept, unless it is a try);
+-- {3, n} when the key's semaphore has n places, not the caller's; {4, 0}
+-- when its ticket is gone (expired, or it left). grants are token, fence
+-- pairs: other waiters of the caller's client that this call served.
 if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER') end
+--@grant
+local w = parse(ARGV[1])
+local life = tonumber(ARGV[2])
+local K, Q = KEYS[1], KEYS[2]
+local P = prefix(Q)
+local ticket = P .. 't:' .. w.tok
+local t = now()
 
-local function counter()
-  return tonumber(redis.call('GET', KEYS[3]) or '0')
+-- held returns the caller's fence if it holds the lock now (renewing it
+-- for its ttl), else nil.
+local function held()
+  if w.k == 'x' or w.k == 'm' then
+    for i = 1, #KEYS, 2 do
+      if redis.call('GET', KEYS[i]) ~= w.v then return nil end
+    end
+    for i = 1, #KEYS, 2 do redis.call('PEXPIRE', KEYS[i], string.format('%d', w.ttl)) end
+    if w.f == 1 then return tonumber(redis.call('GET', P .. 'fence') or '0') end
+    return 0
+  end
+  local H = holders(K, P, w.k)
+  local exp = redis.call('ZSCORE', H, w.v)
+  if not exp or tonumber(exp) <= t then return nil end
+  redis.call('ZADD', H, t + w.ttl, w.v)
+  settle(K, P, w.k, t)
+  return tonumber(redis.call('HGET', P .. 'fences', w.tok) or '0')
 end
 
-local function take(t)
-  unqueue(ARGV[3])
-  took(ARGV[3], t)
-  local fence = 0
-  if ARGV[4] == '1' then fence = redis.call('INCR', KEYS[3]) end
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+-- reply is {code, n} and the grants, leaving out the caller's own.
+local function reply(code, n, mine)
+  local out = {code, n}
+  for i = 1, #mine, 2 do
+    if mine[i] ~= w.tok then
+      out[#out + 1] = mine[i]
+      out[#out + 1] = mine[i + 1]
+    end
+  end
+  return out
+end
+
+local fence = held()
+if fence then
+  redis.call('DEL', ticket)
+  for i = 2, #KEYS, 2 do redis.call('ZREM', KEYS[i], ticket) end
   return {1, fence}
 end
+local tk = redis.call('GET', ticket)
+if tk == '-' or (ARGV[3] == 'keep' and not tk) then return {4, 0} end
+if w.k == 'n' then
+  local n = redis.call('GET', P .. 'limit')
+  if n and tonumber(n) ~= w.l then return {3, tonumber(n)} end
+end
 
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  -- Ours: handed to us, or our own attempt again after a lost reply.
-  unqueue(ARGV[3])
-  took(ARGV[3], now())
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if ARGV[4] == '1' then return {1, counter(), 1} end
-  return {1, 0, 1}
+-- Serve those queued first: a holder may have expired.
+local mine = {}
+for i = 1, #KEYS, 2 do grant(KEYS[i], KEYS[i + 1], t, w.c, mine) end
+for i = 1, #mine, 2 do
+  if mine[i] == w.tok then return reply(1, mine[i + 1], mine) end
 end
-local t = now()
-register(6, t, v)
-if v then
-  return {0, redis.call('PTTL', KEYS[1]), string.sub(v, 1, 36), 0, 0}
+
+-- Free, and nobody queued: take it.
+local take = true
+for i = 1, #KEYS, 2 do
+  if redis.call('EXISTS', KEYS[i + 1]) == 1 then take = false end
 end
-local kind, tok, fence, ttl = handTo(t, ARGV[5])
-if kind == 'handed' then
-  if tok == ARGV[3] then return {1, fence} end
-  return {0, ttl, tok, fence, 1}
-elseif kind == 'reserved' and tok ~= '>' .. ARGV[3] then
-  return {2, fence} -- ms left of another waiter's reservation
+if take and w.k == 'm' then
+  for i = 1, #KEYS, 2 do
+    if redis.call('EXISTS', KEYS[i]) == 1 then take = false end
+  end
+  if take then
+    for i = 1, #KEYS, 2 do redis.call('SET', KEYS[i], w.v, 'PX', string.format('%d', w.ttl)) end
+    return reply(1, 0, mine)
+  end
+elseif take and free(K, P, w, t) then
+  return reply(1, admit(K, P, w, t), mine)
 end
-return take(t)
+
+-- Wait: until when does the holder keep it?
+local ms = -1
+if w.k == 'n' then
+  local first = redis.call('ZRANGE', K, 0, 0, 'WITHSCORES')
+  if first[1] then ms = tonumber(first[2]) - t end
+else
+  for i = 1, #KEYS, 2 do
+    local p = redis.call('PTTL', KEYS[i])
+    if p >= 0 and (ms < 0 or p < ms) then ms = p end
+  end
+end
+if life > 0 then
+  if tk then
+    redis.call('PEXPIRE', ticket, life)
+  else
+    for i = 2, #KEYS, 2 do redis.call('ZADD', KEYS[i], 'NX', t, ticket) end
+    redis.call('SET', ticket, ARGV[1], 'PX', life)
+  end
+  for i = 2, #KEYS, 2 do redis.call('PEXPIRE', KEYS[i], 2 * life) end
+  if w.k == 'n' and redis.call('PTTL', P .. 'limit') < 2 * life then
+    redis.call('SET', P .. 'limit', w.l, 'PX', 2 * life)
+  end
+end
+return reply(0, ms, mine)
