@@ -362,8 +362,10 @@ const minValidity = 10 // percent
 func (l *Lock) acquired(ctx context.Context, sent time.Time, fence int64) error {
 	l.mu.Lock()
 	l.fence, l.sent = fence, sent
-	l.acqCmd = nil // done with: let a long-held lock be smaller
 	left := time.Until(l.deadline())
+	if left >= l.ttl*minValidity/100 {
+		l.acqCmd = nil // done with: let a long-held lock be smaller (a waiter attempts again otherwise)
+	}
 	l.mu.Unlock()
 	if left < l.ttl*minValidity/100 {
 		l.cleanup(ctx)

@@ -33,9 +33,10 @@ func (c *Client) TryAcquireMany(ctx context.Context, keys []string, ttl time.Dur
 
 // AcquireMany takes every key of keys for ttl, atomically, waiting while
 // any of them is held elsewhere, until it succeeds or ctx is done. It
-// blocks. It is woken by the release of its first key, and otherwise
-// sleeps no longer than the longest remaining ttl of the keys it found
-// held, or its backoff. It fails like TryAcquireMany and Acquire.
+// blocks. It waits in the queue of every key, first come, first served
+// with the locks of each (see Acquire): when it is first in all of them
+// and they are free, it gets them all at once. It fails like
+// TryAcquireMany and Acquire.
 func (c *Client) AcquireMany(ctx context.Context, keys []string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	l, o, err := c.newManyLock(ctx, keys, ttl, opts)
 	if err != nil {
@@ -97,7 +98,11 @@ func (c *Client) newManyLock(ctx context.Context, keys []string, ttl time.Durati
 		l.x = &lockExtra{}
 	}
 	l.x.many = append([]string(nil), keys...)
-	l.keys[1] = "" // waiters for several keys do not queue in Redis
+	for _, k := range keys {
+		if !queueable(k) {
+			l.keys[1] = "" // no queue in Redis for this one: wait on the attempt path
+		}
+	}
 	return l, o, nil
 }
 
