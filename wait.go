@@ -114,10 +114,10 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 		if !subscribed && o.notify && !c.isPending(w) {
 			subscribed = true
 			if c.subscribe(ctx, l.key) {
-				// A grant between the attempt (or the release that queued
-				// it) and the subscription would go unheard: look again.
-				mustAttempt = true
-				continue
+				// A grant between the attempts (or the releases that queued
+				// them) and the subscription went unheard: every waiter of
+				// the key here looks again.
+				c.wakeKey(w.key)
 			}
 		}
 		if !waiting {
@@ -129,6 +129,7 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 
 		var timer <-chan time.Time
 		var t *time.Timer
+		pending := c.isPending(w)
 		if d, ok := c.waitTimer(w, o, attempt); ok {
 			t = time.NewTimer(d)
 			timer = t.C
@@ -148,8 +149,8 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 			mustAttempt = true
 		case <-w.turn:
 		case <-timer:
-			mustAttempt = true
-			c.stopPending(w)
+			// A pending waiter that a release queued meanwhile waits on.
+			mustAttempt = !pending || c.stopPending(w)
 		case <-ctx.Done():
 			return nil, notAcquired(ctx, l.key)
 		}
@@ -389,6 +390,17 @@ func (c *Client) removeWaiter(w *waiter) bool {
 	return inRedis
 }
 
+// wakeKey wakes every waiter of key in this Client to attempt.
+func (c *Client) wakeKey(key string) {
+	c.notify.mu.Lock()
+	defer c.notify.mu.Unlock()
+	if q := c.notify.queues[key]; q != nil {
+		for _, w := range q.waiters {
+			signal(w.wake)
+		}
+	}
+}
+
 // isPending reports whether w waits for a release of its Client to queue
 // it.
 func (c *Client) isPending(w *waiter) bool {
@@ -398,13 +410,19 @@ func (c *Client) isPending(w *waiter) bool {
 }
 
 // stopPending makes a pending waiter attempt by itself, unless a release
-// in flight carries it.
-func (c *Client) stopPending(w *waiter) {
+// in flight carries it, and reports whether it must attempt: not if a
+// release queued it meanwhile.
+func (c *Client) stopPending(w *waiter) bool {
 	c.notify.mu.Lock()
 	defer c.notify.mu.Unlock()
+	if !w.pending {
+		return false
+	}
 	if !w.carried {
 		w.pending = false
+		return true
 	}
+	return false
 }
 
 // nowHolding records that l, a Lock that got its key by waiting, holds it:
@@ -551,6 +569,14 @@ func (n *notifier) grantLocked(tok string, g grant) {
 	}
 	delete(n.tokens, tok)
 	n.handOffLocked(w)
+	if q := n.queues[w.key]; q != nil && !g.base.IsZero() {
+		// It holds the key now: waiters that come meanwhile are queued by
+		// its release.
+		if q.holders == nil {
+			q.holders = make(map[*Lock]time.Time)
+		}
+		q.holders[w.lock] = g.base.Add(w.lock.ttl - drift(w.lock.ttl))
+	}
 	select {
 	case w.grant <- g:
 	default:

@@ -9,7 +9,10 @@
 // key, 2ms hold) and leases (10,000 padlock locks kept alive). In each
 // scenario the implementations take turns, in rounds, so that a noisy
 // neighbour hurts them alike. Peers that cannot be woken on release poll
-// every 10ms while they wait.
+// every 10ms while they wait. Then padlock alone (no peer has these):
+// semaphore (16 goroutines, 4 places), waiters (16 against 512 goroutines
+// on one key), procs8 (8 processes x 32 goroutines), rw (12 readers and 4
+// writers of one key) and idle (1,000 waiters that wait for a minute).
 package main
 
 import (
@@ -37,7 +40,7 @@ import (
 var (
 	duration = flag.Duration("duration", 3*time.Second, "time each implementation runs in each scenario, over all rounds")
 	rounds   = flag.Int("rounds", 3, "turns each implementation takes per scenario")
-	scenario = flag.String("scenario", "all", "uncontended, contended, procs, leases, semaphore, or all")
+	scenario = flag.String("scenario", "all", "uncontended, contended, procs, leases, semaphore, waiters, procs8, rw, idle, or all")
 	only     = flag.String("impl", "", "run only this implementation (padlock, redislock, redsync, go-redis-floor)")
 
 	// Flags for the child processes of the procs scenario.
@@ -76,6 +79,10 @@ func main() {
 	run("procs", procs)
 	run("leases", leases)
 	run("semaphore", semaphore)
+	run("waiters", manyWaiters)
+	run("procs8", procs8)
+	run("rw", readersWriters)
+	run("idle", idle)
 }
 
 // semaphore: 16 goroutines take turns in the 4 places of a padlock
@@ -366,18 +373,33 @@ type childResult struct {
 
 // procs: 4 processes of 4 goroutines each take turns on one key.
 func procs(addr string) {
-	const processes, goroutines = 4, 4
+	all := procsRun(addr, 4, 4, impls())
+	fmt.Printf("## Contended across processes: %d processes x %d goroutines, one key, %v hold\n\n", 4, 4, holdFor)
+	fmt.Println("| implementation | cycles/s | p50 wait ms | p99 wait ms | FIFO ideal ms | p99 / ideal |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: |")
+	for _, name := range names() {
+		if s := all[name]; s != nil {
+			ideal := time.Duration(float64(16) / s.perSec() * float64(time.Second))
+			fmt.Printf("| %s | %.0f | %s | %s | %s | %.2f |\n", name, s.perSec(), ms(s.pct(0.5)), ms(s.pct(0.99)), ms(ideal), float64(s.pct(0.99))/float64(ideal))
+		}
+	}
+	fmt.Println()
+}
+
+// procsRun runs processes child processes of goroutines goroutines each
+// taking turns on one key, for each implementation of list in turn, and
+// returns their stats.
+func procsRun(addr string, processes, goroutines int, list []impl) map[string]*stats {
 	self, err := os.Executable()
 	if err != nil {
 		log.Fatal(err)
 	}
 	all := map[string]*stats{}
 	for r := 0; r < *rounds; r++ {
-		list := impls()
-		list = append(list[r%len(list):], list[:r%len(list)]...)
+		list := append(list[r%len(list):], list[:r%len(list)]...)
 		for _, im := range list {
 			d := *duration / time.Duration(*rounds)
-			start := time.Now().Add(300 * time.Millisecond) // after the children are up
+			start := time.Now().Add(300*time.Millisecond + time.Duration(processes)*20*time.Millisecond) // after the children are up
 			outs := make([][]byte, processes)
 			var wg sync.WaitGroup
 			for p := range processes {
@@ -410,15 +432,7 @@ func procs(addr string) {
 			}
 		}
 	}
-	fmt.Printf("## Contended across processes: %d processes x %d goroutines, one key, %v hold\n\n", processes, goroutines, holdFor)
-	fmt.Println("| implementation | cycles/s | p50 wait ms | p99 wait ms |")
-	fmt.Println("| --- | ---: | ---: | ---: |")
-	for _, name := range names() {
-		if s := all[name]; s != nil {
-			fmt.Printf("| %s | %.0f | %s | %s |\n", name, s.perSec(), ms(s.pct(0.5)), ms(s.pct(0.99)))
-		}
-	}
-	fmt.Println()
+	return all
 }
 
 func runChild() {

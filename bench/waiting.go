@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/padlock-go/padlock"
+)
+
+// Scenarios of waiting that only padlock has: many waiters on one key,
+// many processes, readers and writers, and waiting that costs nothing
+// while nothing happens.
+
+// turnLoop runs goroutines that take turns on key through c, each
+// waiting, holding it for holdFor and releasing it, until stop, when the
+// ones still waiting give up. It counts what happens in the window from
+// from to to, in the steady state: the cycles released in it, the waits
+// of the acquires in it, and what snap counts (round trips, commands).
+func turnLoop(c *padlock.Client, key string, goroutines int, from, to, stop time.Time, snap func() (int64, int64)) (cycles, trips, calls int64, waits []time.Duration) {
+	var (
+		mu  sync.Mutex
+		n   atomic.Int64
+		wg  sync.WaitGroup
+		t0  int64
+		c0  int64
+		got = make(chan struct{})
+	)
+	go func() {
+		time.Sleep(time.Until(from))
+		t0, c0 = snap()
+		close(got)
+		time.Sleep(time.Until(to))
+		t1, c1 := snap()
+		trips, calls = t1-t0, c1-c0
+	}()
+	for range goroutines {
+		wg.Go(func() {
+			var mine []time.Duration
+			for time.Now().Before(stop) {
+				ctx, cancel := context.WithDeadline(context.Background(), stop)
+				start := time.Now()
+				lk, err := c.Acquire(ctx, key, lockTTL)
+				cancel()
+				if err != nil {
+					break // the run is over
+				}
+				if now := time.Now(); now.After(from) && now.Before(to) {
+					mine = append(mine, now.Sub(start))
+				}
+				time.Sleep(holdFor)
+				if err := lk.Release(context.Background()); err != nil {
+					log.Fatalf("padlock: release: %v", err)
+				}
+				if now := time.Now(); now.After(from) && now.Before(to) {
+					n.Add(1)
+				}
+			}
+			mu.Lock()
+			waits = append(waits, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	<-got
+	return n.Load(), trips, calls, waits
+}
+
+// manyWaiters: one Client, one key, 2ms hold, 16 and then 512 goroutines,
+// alternating in rounds: a hand-off should cost the same however many
+// wait. Each turn is measured after its first third (when every goroutine
+// has come) and until a little before its end (when the ones still
+// waiting give up).
+func manyWaiters(addr string) {
+	sizes := []int{16, 512}
+	all := map[int]*stats{}
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	defer admin.Close()
+	for range *rounds {
+		for _, n := range sizes {
+			rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+			cnt := &counter{}
+			rdb.AddHook(cnt)
+			c := padlock.New(rdb)
+			s := all[n]
+			if s == nil {
+				s = &stats{}
+				all[n] = s
+			}
+			d := *duration / time.Duration(*rounds)
+			start := time.Now()
+			from, to, stop := start.Add(d/3), start.Add(d-50*time.Millisecond), start.Add(d)
+			cycles, trips, calls, waits := turnLoop(c, "bench:waiters", n, from, to, stop, func() (int64, int64) {
+				return cnt.trips.Load(), serverCalls(admin)
+			})
+			s.elapsed += to.Sub(from)
+			s.cycles += cycles
+			s.trips += trips
+			s.calls += calls - 1 // not the INFO itself
+			s.waits = append(s.waits, waits...)
+			_ = c.Close()
+			_ = rdb.Close()
+		}
+	}
+	fmt.Printf("## Many waiters: one Client, one key, %v hold, 16 against 512 goroutines\n\n", holdFor)
+	fmt.Println("Measured in the steady state (from a third into each turn to its end). FIFO ideal wait = goroutines / cycles per second.")
+	fmt.Println()
+	fmt.Println("| goroutines | cycles/s | vs 16 | round trips/handoff | Redis commands/handoff | p50 wait ms | p99 wait ms | FIFO ideal ms | p99 / ideal |")
+	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, n := range sizes {
+		s := all[n]
+		ideal := time.Duration(float64(n) / s.perSec() * float64(time.Second))
+		fmt.Printf("| %d | %.0f | %.2f | %.2f | %.2f | %s | %s | %s | %.2f |\n", n, s.perSec(), s.perSec()/all[16].perSec(),
+			s.per(s.trips), s.per(s.calls), ms(s.pct(0.5)), ms(s.pct(0.99)), ms(ideal), float64(s.pct(0.99))/float64(ideal))
+	}
+	fmt.Println()
+}
+
+// procs8: 8 processes of 32 goroutines take turns on one key.
+func procs8(addr string) {
+	const processes, goroutines = 8, 32
+	var list []impl
+	for _, im := range impls() {
+		if im.name == "padlock" {
+			list = append(list, im)
+		}
+	}
+	s := procsRun(addr, processes, goroutines, list)["padlock"]
+	ideal := time.Duration(float64(processes*goroutines) / s.perSec() * float64(time.Second))
+	fmt.Printf("## Many processes: %d processes x %d goroutines, one key, %v hold\n\n", processes, goroutines, holdFor)
+	fmt.Println("| implementation | cycles/s | p50 wait ms | p99 wait ms | FIFO ideal ms | p99 / ideal |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Printf("| padlock | %.0f | %s | %s | %s | %.2f |\n\n", s.perSec(), ms(s.pct(0.5)), ms(s.pct(0.99)), ms(ideal), float64(s.pct(0.99))/float64(ideal))
+}
+
+// readersWriters: 12 goroutines take shared holds and 4 the exclusive
+// lock of one key, 2ms each, in one Client, for 4 seconds (or -duration,
+// if longer).
+func readersWriters(addr string) {
+	const readers, writers = 12, 4
+	d := max(4*time.Second, *duration/time.Duration(*rounds))
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	defer rdb.Close()
+	c := padlock.New(rdb)
+	defer c.Close()
+	var (
+		mu              sync.Mutex
+		reading, writes int
+		overlaps        int
+		waits           = map[bool][]time.Duration{}
+		cycles          = map[bool]int64{}
+		wg              sync.WaitGroup
+	)
+	stop := time.Now().Add(d)
+	for g := range readers + writers {
+		shared := g < readers
+		wg.Go(func() {
+			var opts []padlock.Option
+			if shared {
+				opts = append(opts, padlock.WithShared())
+			}
+			for time.Now().Before(stop) {
+				ctx, cancel := context.WithDeadline(context.Background(), stop)
+				start := time.Now()
+				l, err := c.Acquire(ctx, "bench:rw", lockTTL, opts...)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					waits[shared] = append(waits[shared], time.Since(start)) // still waiting at the end
+					mu.Unlock()
+					return
+				}
+				mu.Lock()
+				waits[shared] = append(waits[shared], time.Since(start))
+				if shared {
+					reading++
+				} else {
+					writes++
+				}
+				if writes > 1 || writes == 1 && reading > 0 {
+					overlaps++
+				}
+				mu.Unlock()
+				time.Sleep(holdFor)
+				mu.Lock()
+				if shared {
+					reading--
+				} else {
+					writes--
+				}
+				mu.Unlock()
+				if err := l.Release(context.Background()); err != nil {
+					log.Fatalf("rw: release: %v", err)
+				}
+				mu.Lock()
+				cycles[shared]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Printf("## Readers and writers: %d goroutines take shared holds and %d the lock, one key, %v hold, %v\n\n", readers, writers, holdFor, d)
+	fmt.Println("| kind | goroutines | cycles | cycles/s | p50 wait ms | p99 wait ms | longest wait ms |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, kind := range []struct {
+		name   string
+		shared bool
+		n      int
+	}{{"shared (readers)", true, readers}, {"exclusive (writers)", false, writers}} {
+		w := waits[kind.shared]
+		slices.Sort(w)
+		fmt.Printf("| %s | %d | %d | %.0f | %s | %s | %s |\n", kind.name, kind.n, cycles[kind.shared], float64(cycles[kind.shared])/d.Seconds(),
+			ms(w[len(w)/2]), ms(w[min(len(w)-1, len(w)*99/100)]), ms(w[len(w)-1]))
+	}
+	fmt.Printf("\nA reader beside a writer, or two writers: %d times.\n\n", overlaps)
+}
+
+// idle: 1,000 goroutines of one Client wait on 1,000 keys held by another
+// Client, ttl 1 minute, while nothing happens; then the keys are released.
+func idle(addr string) {
+	const n, ttl, window = 1000, time.Minute, 10 * time.Second
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	defer admin.Close()
+	holderRDB := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	defer holderRDB.Close()
+	holders := padlock.New(holderRDB)
+	defer holders.Close()
+	waitRDB := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	defer waitRDB.Close()
+	cnt := &counter{}
+	waitRDB.AddHook(cnt)
+	waiters := padlock.New(waitRDB)
+	defer waiters.Close()
+
+	held := make([]*padlock.Lock, n)
+	for i := range held {
+		l, err := holders.TryAcquire(ctx, "bench:idle:"+strconv.Itoa(i), ttl)
+		if err != nil {
+			log.Fatal(err)
+		}
+		held[i] = l
+	}
+	got := make(chan *padlock.Lock, n)
+	wctx, cancel := context.WithTimeout(ctx, 2*ttl)
+	defer cancel()
+	for i := range n {
+		go func() {
+			l, err := waiters.Acquire(wctx, "bench:idle:"+strconv.Itoa(i), ttl)
+			if err != nil {
+				log.Fatalf("idle: %v", err)
+			}
+			got <- l
+		}()
+	}
+	// Until every waiter is queued in Redis.
+	for {
+		queued := 0
+		for _, l := range held {
+			info, err := holders.Inspect(ctx, l.Key())
+			if err != nil {
+				log.Fatal(err)
+			}
+			queued += info.Waiting
+		}
+		if queued == n {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the first attempts and subscriptions are over
+	trips0, calls0 := cnt.trips.Load(), serverCalls(admin)
+	time.Sleep(window)
+	trips, calls := cnt.trips.Load()-trips0, serverCalls(admin)-calls0-1
+	released := time.Now()
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for range n {
+		l := <-got
+		if err := l.Release(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+	served := time.Since(released)
+	fmt.Printf("## Idle waiting: %d goroutines of one Client wait on %d keys held by another Client (ttl %v), while nothing happens, for %v\n\n", n, n, ttl, window)
+	fmt.Println("| round trips/s (waiting Client) | Redis commands/s | all served after the releases |")
+	fmt.Println("| ---: | ---: | ---: |")
+	fmt.Printf("| %.1f | %.0f | %s (%d of %d) |\n\n", float64(trips)/window.Seconds(), float64(calls)/window.Seconds(), served.Round(time.Millisecond), n, n)
+}
