@@ -48,7 +48,7 @@ func (l *Lock) KeepAlive(ctx context.Context) (context.Context, context.CancelFu
 	switch {
 	case l.lost != nil:
 		cancel(l.lost)
-	case l.noRenew:
+	case l.state >= stateReleasing:
 		cancel(l.notHeld())
 	}
 	if kctx.Err() != nil {

@@ -421,6 +421,16 @@ func (l *Lock) replicaCount() int {
 	return l.x.replicas
 }
 
+// lockState is where a Lock is in its life, in order: it only moves on.
+type lockState uint8
+
+const (
+	stateHeld      lockState = iota // acquired (as far as it knows): it may be kept alive
+	stateReleasing                  // Release was called: no keep-alive may start
+	stateRetrying                   // its release could not reach Redis: the scheduler sends it again
+	stateReleased                   // released, or found not ours
+)
+
 // A Lock is a lock taken in Redis by TryAcquire or Acquire. Its methods are
 // safe for concurrent use. The zero Lock, or a nil *Lock, holds nothing:
 // its methods return ErrInvalid.
@@ -441,9 +451,7 @@ type Lock struct {
 	fence     int64
 	ttl       time.Duration // the ttl of the last successful acquire or extend
 	sent      time.Time     // when that acquire or extend was sent (monotonic)
-	released  bool          // Release succeeded, or found the lock not held
-	noRenew   bool          // Release was called: no keep-alive may start
-	retrying  bool          // a release of it was handed to the scheduler to retry
+	state     lockState     // held, being released, its release retried, or released
 	lost      error         // why the lock was lost, once it was
 	lease     *lease        // in the Client's scheduler while kept alive
 	regs      []*keepAlive  // the active KeepAlive calls
@@ -589,8 +597,10 @@ func (l *Lock) Release(ctx context.Context) error {
 // releaseLock is Release once its arguments are checked.
 func (l *Lock) releaseLock(ctx context.Context) error {
 	l.mu.Lock()
-	l.noRenew = true
-	released := l.released
+	if l.state == stateHeld {
+		l.state = stateReleasing
+	}
+	released := l.state == stateReleased
 	d := l.stopKeepAlives(context.Canceled)
 	deadline := l.deadline()
 	l.mu.Unlock()
@@ -620,7 +630,9 @@ func (l *Lock) releaseLock(ctx context.Context) error {
 	if err != nil {
 		if retryable(err) {
 			l.mu.Lock()
-			l.retrying = true
+			if l.state != stateReleased {
+				l.state = stateRetrying
+			}
 			l.mu.Unlock()
 			l.c.sched.retryRelease(l, deadline)
 		}
@@ -647,8 +659,8 @@ const releaseTimeout = 2 * time.Second
 // any background retry of its release.
 func (l *Lock) markReleased() {
 	l.mu.Lock()
-	l.released = true
-	retrying := l.retrying
+	retrying := l.state == stateRetrying
+	l.state = stateReleased
 	l.mu.Unlock()
 	if retrying {
 		l.c.sched.dropRelease(l)
@@ -777,7 +789,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 func (l *Lock) isReleased() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.released
+	return l.state == stateReleased
 }
 
 // TTL returns how long the lock has left in Redis, in one round trip. It
