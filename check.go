@@ -365,7 +365,7 @@ func (c *Client) nodeFindings(n NodeInfo) []Finding {
 // holds the two together). Each is probed by Check.
 var aclCommands = []string{
 	"evalsha", "eval", "script|load", "get", "set", "del", "exists", "type", "pexpire", "pttl", "incr", "time",
-	"zadd", "zrem", "zpopmin", "zrange", "zrangebyscore", "zrevrangebyscore", "zremrangebyscore", "zscore", "zcard", "zrank", "zcount",
+	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyscore", "zscore", "zcard", "zcount",
 	"hset", "hget", "hdel", "publish", "spublish", "subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "ping", "hello",
 }
 
@@ -389,10 +389,10 @@ func probes(p, z, h string, proto int) []probe {
 		{"eval", []any{"eval", one, 0}}, {"time", []any{"time"}}, {"ping", []any{"ping"}},
 		{"set", []any{"set", p, "1", "px", ttl}}, {"get", []any{"get", p}}, {"exists", []any{"exists", p}},
 		{"type", []any{"type", p}}, {"incr", []any{"incr", p}}, {"pexpire", []any{"pexpire", p, ttl}}, {"pttl", []any{"pttl", p}},
-		{"zadd", []any{"zadd", z, 1, "m"}}, {"pexpire", []any{"pexpire", z, ttl}}, {"zscore", []any{"zscore", z, "m"}}, {"zrank", []any{"zrank", z, "m"}},
+		{"zadd", []any{"zadd", z, 1, "m"}}, {"pexpire", []any{"pexpire", z, ttl}}, {"zscore", []any{"zscore", z, "m"}},
 		{"zcard", []any{"zcard", z}}, {"zcount", []any{"zcount", z, "-inf", "+inf"}}, {"zrange", []any{"zrange", z, 0, -1}},
-		{"zrangebyscore", []any{"zrangebyscore", z, "-inf", "+inf"}}, {"zrevrangebyscore", []any{"zrevrangebyscore", z, "+inf", "-inf"}},
-		{"zremrangebyscore", []any{"zremrangebyscore", z, 5, 5}}, {"zrem", []any{"zrem", z, "m"}}, {"zpopmin", []any{"zpopmin", z}},
+		{"zrangebyscore", []any{"zrangebyscore", z, "-inf", "+inf"}},
+		{"zremrangebyscore", []any{"zremrangebyscore", z, 5, 5}}, {"zrem", []any{"zrem", z, "m"}},
 		{"hset", []any{"hset", h, "f", "v"}}, {"pexpire", []any{"pexpire", h, ttl}}, {"hget", []any{"hget", h, "f"}}, {"hdel", []any{"hdel", h, "f"}},
 		{"publish", []any{"publish", p, "padlock-check"}}, {"spublish", []any{"spublish", p, "padlock-check"}},
 		{"del", []any{"del", p, z, h}},

@@ -16,22 +16,17 @@
 // Release, Extend and TTL cost one round trip each.
 //
 // Acquire waits without polling, and a lock changes hands in one round
-// trip. Waiters queue in Redis, first come, first served across processes
-// (a sorted set at "key:{key}:queue"), with what they would set; a release
-// sets the key for the first of them in the same script (its value and
-// ttl, and the next fence when it is fenced) and tells that waiter's
-// Client on a channel of its own (sharded pub/sub, SPUBLISH, where the
-// server has it). A waiter in the releasing Client learns it from the
-// release's reply, with no round trip of its own; its Deadline counts from
-// a moment known to be before the hand-off, and a waiter that waited
-// longer than its ttl confirms the lock with one round trip first. A
+// trip. Every kind of lock (a lock, a semaphore's place, a shared hold,
+// several keys) waits the same way: a waiter queues a ticket in Redis
+// (first come, first served across processes), which its Client renews
+// with its other renewals; whatever frees capacity hands it to the
+// tickets at the head of the queue in the same script, and tells their
+// Clients (the releasing Client's own in the reply). A waiter whose
+// process died is skipped when its ticket lapses, within 5 seconds. A
 // waiter whose wait ends as the lock comes to it passes it on. TryAcquire
-// does not queue: it takes a lock only when it is free. If a message is
-// lost, the first waiter of each Client also looks on a timer (the
-// holder's remaining ttl or a jittered, capped backoff, at most 300ms).
-// Multi-key locks, Redlock, semaphores, shared holds and keys with a brace
-// but no hash tag are not handed over this way: a release deletes the lock
-// and wakes the next waiter, which attempts.
+// does not queue: it takes a lock only when it is free. Redlock and keys
+// with a brace but no hash tag wait on the attempt path instead: a
+// release is announced, and the next waiter attempts.
 // Its attempts share one token, so an attempt whose reply was lost and that
 // go-redis sends again finds its own lock and succeeds. A call that fails
 // never leaves the lock held: when it cannot tell whether an attempt took

@@ -82,13 +82,13 @@ func WithBackoff(b Backoff) Option {
 }
 
 // WithoutNotifications makes Acquire and Do wait by polling alone (the
-// holder's remaining ttl, then the backoff), without subscribing to release
-// notifications: for proxies that do not pass pub/sub through. Releases
-// are still announced, for other clients. The waiter still queues in Redis
-// and a release hands it the lock in its turn: it learns so at its next
-// poll, or at once when the release is made through the same Client (from
-// the release's reply). To keep its place it polls at least every 300ms,
-// whatever the backoff.
+// holder's remaining ttl, then the backoff), without subscribing to
+// notifications: for proxies that do not pass pub/sub through. Grants are
+// still announced, for other clients. The waiter still queues in Redis and
+// a release hands it the lock in its turn: it learns so at its next poll,
+// at its ticket's next renewal (which finds the ticket gone), or at once
+// when the release is made through the same Client (from the release's
+// reply).
 func WithoutNotifications() Option {
 	return optionFunc(func(o *options) { o.notify = false })
 }
