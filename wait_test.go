@@ -335,3 +335,51 @@ func TestReadersAndWritersTakeTurns(t *testing.T) {
 	assert.GreaterOrEqual(t, reads, writes, "readers are not starved")
 	assert.Less(t, longest, time.Second)
 }
+
+// A waiter that misses the message of its grant learns of it all the
+// same: at its ticket's next renewal (which finds the ticket gone), or,
+// when its pub/sub connection was cut, when the subscription comes back.
+func TestAMissedGrantIsFound(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		opts []padlock.Option
+		cut  bool
+	}{
+		{"no notifications, found at renewal", []padlock.Option{padlock.WithoutNotifications(), neverPoll}, false},
+		{"pub/sub connection cut", []padlock.Option{neverPoll}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newReal(t, nil)
+			holder, err := e.c.TryAcquire(e.ctx, e.key, time.Hour)
+			require.NoError(t, err)
+			other := padlock.New(e.raw)
+			defer other.Close()
+			got := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+				defer cancel()
+				l, err := other.Acquire(ctx, e.key, time.Minute, tt.opts...)
+				if err == nil {
+					err = l.Release(e.ctx)
+				}
+				got <- err
+			}()
+			waitFor(t, e, 1)
+			time.Sleep(100 * time.Millisecond) // subscribed
+			if tt.cut {
+				require.NoError(t, e.srv.Client().Do(e.ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
+			}
+			released := time.Now()
+			require.NoError(t, holder.Release(e.ctx))
+			select {
+			case err := <-got:
+				require.NoError(t, err)
+				t.Logf("found %v after the release", time.Since(released).Round(time.Millisecond))
+			case <-time.After(5 * time.Second):
+				t.Fatal("the grant was never found")
+			}
+		})
+	}
+}
