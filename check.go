@@ -207,10 +207,6 @@ func (c *Client) checkNodes(ctx context.Context) ([]*redis.Client, error) {
 			if err := u.ForEachMaster(ctx, collect); err != nil {
 				return nil, fmt.Errorf("the Cluster's masters: %w", err)
 			}
-		case *redis.Ring:
-			if err := u.ForEachShard(ctx, collect); err != nil {
-				return nil, fmt.Errorf("the Ring's shards: %w", err)
-			}
 		default:
 			return nil, fmt.Errorf("%w: Check on a %T", ErrUnsupported, u)
 		}

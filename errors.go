@@ -39,10 +39,10 @@ var (
 	// Close ended.
 	ErrClosed = errors.New("padlock: client closed")
 
-	// ErrUnsupported reports a server padlock cannot run on: Redis before
-	// 6.0 (padlock needs Redis 6.0 or later, or Valkey 7.2 or later). The
-	// first call that reaches such a server returns it, and changes
-	// nothing there.
+	// ErrUnsupported reports a server or client padlock cannot run on:
+	// Redis before 6.0 (padlock needs Redis 6.0 or later, or Valkey 7.2 or
+	// later), where the first call that reaches it returns it and changes
+	// nothing there; or a *redis.Ring (see New), where every call does.
 	ErrUnsupported = errors.New("padlock: unsupported server: padlock needs Redis 6.0 or later, or Valkey 7.2 or later")
 )
 

@@ -37,17 +37,22 @@ type Client struct {
 	notify  notifier
 	sched   scheduler
 	nodes   []redis.UniversalClient // a Redlock's primaries (NewRedlock), or nil
+	refused error                   // what every call returns, for a client padlock cannot run on (a Ring), or nil
 	// wait sleeps for d, or until ctx ends (returning its error), when
 	// notifications are off.
 	wait func(ctx context.Context, key string, d time.Duration) error
 }
 
 // New returns a Client that takes locks through rdb: a *redis.Client, a
-// *redis.ClusterClient, a *redis.Ring or a failover client. The options set
-// the Client's defaults; options passed to a single call override them.
+// *redis.ClusterClient or a failover client. The options set the Client's
+// defaults; options passed to a single call override them.
 //
 // New does not contact Redis and starts no goroutine. A nil rdb is not a
-// panic: every call on the returned Client fails with ErrInvalid.
+// panic: every call on the returned Client fails with ErrInvalid. A
+// *redis.Ring is refused the same way, with ErrUnsupported: a Ring routes
+// a script by its first key and moves keys to another shard when one fails
+// a health check, so a lock could be held on two shards at once. Use a
+// Cluster, or NewRedlock over the shards.
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{opts: defaultOptions().with(opts), wait: sleep}
 	c.sched.c = c
@@ -55,7 +60,18 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	if !isNil(rdb) {
 		c.rdb = rdb
 	}
+	if isRing(rdb) {
+		c.refused = errRing
+	}
 	return c
+}
+
+// errRing is what every call on a Client over a *redis.Ring returns.
+var errRing = fmt.Errorf("%w: a *redis.Ring moves keys between shards (a shard that fails a health check hands its keys to another, and a script runs on its first key's shard), so a lock could be held twice; use a *redis.ClusterClient, or NewRedlock over the shards", ErrUnsupported)
+
+func isRing(rdb redis.UniversalClient) bool {
+	_, ok := rdb.(*redis.Ring)
+	return ok
 }
 
 func isNil(rdb redis.UniversalClient) bool {
@@ -263,6 +279,8 @@ func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time
 	switch {
 	case c == nil || c.rdb == nil:
 		return 0, fmt.Errorf("%w: nil redis client", ErrInvalid)
+	case c.refused != nil:
+		return 0, c.refused
 	case ctx == nil:
 		return 0, fmt.Errorf("%w: nil context", ErrInvalid)
 	case key == "":

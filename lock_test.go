@@ -525,18 +525,16 @@ func TestNewStartsNoGoroutine(t *testing.T) {
 	require.NoError(t, l.Release(e.ctx))
 }
 
-// Each supported go-redis client type works: a Ring and a Cluster client
-// route the scripts by key (the fence key shares the lock key's slot).
+// Each supported go-redis client type works: a Cluster client routes the
+// scripts by key (the fence key shares the lock key's slot).
 func TestClientTypes(t *testing.T) {
 	t.Parallel() // starts servers of its own; mostly waits
 	srv := newReal(t, nil).srv
 	cluster := redistest.StartCluster(t)
 	sentinel := redistest.StartSentinel(t, srv, "padlock")
 	failover := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "padlock", SentinelAddrs: []string{sentinel.Addr()}})
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}})
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cluster.Addr()}})
 	t.Cleanup(func() {
-		_ = ring.Close()
 		_ = cc.Close()
 		_ = failover.Close()
 	})
@@ -545,7 +543,6 @@ func TestClientTypes(t *testing.T) {
 		rdb  redis.UniversalClient
 	}{
 		{"Client", srv.Client()},
-		{"Ring", ring},
 		{"ClusterClient", cc},
 		{"FailoverClient", failover},
 		{"UniversalClient", redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}})},
@@ -570,7 +567,42 @@ func TestClientTypes(t *testing.T) {
 			}
 		})
 	}
-	_ = tests[4].rdb.Close()
+	_ = tests[3].rdb.Close()
+}
+
+// A *redis.Ring is refused: it moves keys between shards, so a lock could
+// be held twice. Every call fails with ErrUnsupported, saying what to use
+// instead, and writes nothing to any shard; so does a Redlock with a Ring
+// among its nodes.
+func TestRingIsRefused(t *testing.T) {
+	t.Parallel()
+	a, b := redistest.Start(t), redistest.Start(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	ctx := t.Context()
+	for _, c := range []*padlock.Client{padlock.New(ring), padlock.NewRedlock([]redis.UniversalClient{a.Client(), ring, b.Client()})} {
+		defer c.Close()
+		noop := func(context.Context) error { return nil }
+		calls := map[string]func() error{
+			"TryAcquire":     func() error { _, err := c.TryAcquire(ctx, "ring:3", time.Minute); return err },
+			"Acquire":        func() error { _, err := c.Acquire(ctx, "ring:3", time.Minute, padlock.WithFencing()); return err },
+			"TryAcquireMany": func() error { _, err := c.TryAcquireMany(ctx, []string{"ring:0", "ring:3"}, time.Minute); return err },
+			"AcquireMany":    func() error { _, err := c.AcquireMany(ctx, []string{"ring:0", "ring:3"}, time.Minute); return err },
+			"TryDo":          func() error { return c.TryDo(ctx, "ring:3", time.Minute, noop) },
+			"Do":             func() error { return c.Do(ctx, "ring:3", time.Minute, noop, padlock.WithLimit(2)) },
+			"Inspect":        func() error { _, err := c.Inspect(ctx, "ring:3"); return err },
+			"Check":          func() error { _, err := c.Check(ctx, "ring:3"); return err },
+		}
+		for name, call := range calls {
+			err := call()
+			require.ErrorIs(t, err, padlock.ErrUnsupported, name)
+			assert.Contains(t, err.Error(), "Ring", name)
+			assert.Contains(t, err.Error(), "NewRedlock", name)
+		}
+	}
+	for _, s := range []*redistest.Server{a, b} {
+		assert.Zero(t, s.Client().DBSize(ctx).Val(), "nothing written to %s", s.Addr())
+	}
 }
 
 // A concurrency smoke test for one Lock shared by several goroutines; run

@@ -38,6 +38,9 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Client {
 	if first != nil {
 		c.nodes = slices.Clone(clients)
 	}
+	if slices.ContainsFunc(clients, isRing) {
+		c.refused = errRing
+	}
 	return c
 }
 

@@ -62,6 +62,6 @@ func TestWithReplicasBadInput(t *testing.T) {
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": e.mr.Addr()}})
 	defer ring.Close()
 	_, err = padlock.New(ring, padlock.WithReplicas(1, time.Second)).TryAcquire(e.ctx, e.key, time.Minute)
-	require.ErrorIs(t, err, padlock.ErrInvalid)
+	require.ErrorIs(t, err, padlock.ErrUnsupported, "a Ring is refused")
 	assert.False(t, e.mr.Exists(e.key))
 }
