@@ -43,7 +43,7 @@ var (
 	// Redis before 6.0 (padlock needs Redis 6.0 or later, or Valkey 7.2 or
 	// later), where the first call that reaches it returns it and changes
 	// nothing there; or a *redis.Ring (see New), where every call does.
-	ErrUnsupported = errors.New("padlock: unsupported server: padlock needs Redis 6.0 or later, or Valkey 7.2 or later")
+	ErrUnsupported = errors.New("padlock: unsupported")
 )
 
 // unsupportedReply is what padlock's scripts answer on a server older
@@ -75,7 +75,7 @@ func opError(op string, key any, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, unsupportedReply):
-		return fmt.Errorf("padlock: %s %q: %w", op, key, ErrUnsupported)
+		return fmt.Errorf("padlock: %s %q: %w server: padlock needs Redis 6.0 or later, or Valkey 7.2 or later", op, key, ErrUnsupported)
 	case isPermissionError(msg):
 		return fmt.Errorf("padlock: %s %q: %w (%s)", op, key, err, aclHint)
 	}
