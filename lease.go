@@ -145,8 +145,9 @@ func (l *Lock) settle(d detached) waitFor {
 }
 
 // lose marks l lost with cause (the first cause wins) and ends every
-// KeepAlive of it. It does not wait, so the scheduler itself may call it.
-func (l *Lock) lose(cause error) {
+// KeepAlive of it. It does not wait, so the scheduler itself may call it;
+// bg says it does (see Client.observe).
+func (l *Lock) lose(cause error, bg bool) {
 	l.mu.Lock()
 	first := l.lost == nil
 	if first {
@@ -156,7 +157,7 @@ func (l *Lock) lose(cause error) {
 	l.mu.Unlock()
 	l.settle(d)
 	if first && errors.Is(cause, ErrLost) {
-		l.holdEnded(true, cause)
+		l.holdEnded(true, cause, bg)
 	}
 }
 

@@ -38,6 +38,7 @@ type Client struct {
 	sched   scheduler
 	nodes   []redis.UniversalClient // a Redlock's primaries (NewRedlock), or nil
 	refused error                   // what every call returns, for a client padlock cannot run on (a Ring), or nil
+	calls   dispatcher              // runs the observer's funcs for the background work (see observe)
 	// wait sleeps for d, or until ctx ends (returning its error), when
 	// notifications are off.
 	wait func(ctx context.Context, key string, d time.Duration) error
@@ -628,7 +629,7 @@ func (l *Lock) releaseLock(ctx context.Context) error {
 	}
 	left := time.Until(deadline)
 	if left <= 0 {
-		l.markReleased()
+		l.markReleased(false)
 		return fmt.Errorf("%w: %q: its local deadline has passed, so it has expired", ErrNotHeld, l.key)
 	}
 	rctx := ctx
@@ -656,7 +657,7 @@ func (l *Lock) releaseLock(ctx context.Context) error {
 		}
 		return opError("release", l.key, err)
 	}
-	l.markReleased()
+	l.markReleased(false)
 	if n == 0 {
 		return l.notHeld()
 	}
@@ -674,8 +675,9 @@ func detach(ctx context.Context, left time.Duration) (context.Context, context.C
 const releaseTimeout = 2 * time.Second
 
 // markReleased records that l is released (or found not ours), and drops
-// any background retry of its release.
-func (l *Lock) markReleased() {
+// any background retry of its release; bg says the Client's background
+// work calls it.
+func (l *Lock) markReleased(bg bool) {
 	l.mu.Lock()
 	retrying := l.state == stateRetrying
 	l.state = stateReleased
@@ -683,7 +685,7 @@ func (l *Lock) markReleased() {
 	if retrying {
 		l.c.sched.dropRelease(l)
 	}
-	l.holdEnded(false, nil)
+	l.holdEnded(false, nil, bg)
 }
 
 // retryable reports whether a release that failed with err is worth
@@ -763,12 +765,12 @@ func (l *Lock) extendLock(ctx context.Context, ttl time.Duration) error {
 	switch {
 	case errors.Is(err, ErrNotReplicated):
 		l.cleanup(ctx)
-		l.lose(fmt.Errorf("%w: %w; released", ErrLost, err))
+		l.lose(fmt.Errorf("%w: %w; released", ErrLost, err), false)
 		return fmt.Errorf("%w; released", err)
 	case err != nil:
 		return opError("extend", l.key, err)
 	case !ok:
-		l.lose(fmt.Errorf("%w: %q: extend found it no longer ours", ErrLost, l.key))
+		l.lose(fmt.Errorf("%w: %q: extend found it no longer ours", ErrLost, l.key), false)
 		return l.notHeld()
 	}
 	return nil
@@ -836,7 +838,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	case err != nil:
 		return 0, opError("ttl", l.key, err)
 	case n == -3:
-		l.lose(fmt.Errorf("%w: %q: ttl found it no longer ours", ErrLost, l.key))
+		l.lose(fmt.Errorf("%w: %q: ttl found it no longer ours", ErrLost, l.key), false)
 		return 0, l.notHeld()
 	case n < 0:
 		// Ours, but someone removed its expiry.

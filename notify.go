@@ -166,16 +166,21 @@ func signal(ch chan struct{}) {
 // waiters ("<token> <fence>"), or a release of the key (wake its head).
 func (n *notifier) received(channel, msg string) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if msg != releasedMsg {
+		var handed func()
 		if tok, fence, ok := parseGrant(msg); ok {
-			n.grantLocked(tok, grant{fence: fence})
+			handed = n.grantLocked(tok, grant{fence: fence})
+		}
+		n.mu.Unlock()
+		if handed != nil {
+			handed()
 		}
 		return
 	}
 	if q := n.queues[channel]; q != nil && len(q.waiters) > 0 {
 		signal(q.waiters[0].wake)
 	}
+	n.mu.Unlock()
 }
 
 // wakeAll wakes every waiter to attempt: messages may have been lost.
@@ -459,5 +464,6 @@ func (c *Client) Close() error {
 	}
 	c.notify.closeAll()
 	c.sched.close()
+	c.calls.wait()
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -14,9 +15,14 @@ import (
 //
 // Every field is optional: a nil func is not called, and new fields may be
 // added in later versions, so set fields by name. The funcs are called
-// synchronously from padlock's calls and from the Client's renewal
-// goroutine, possibly concurrently: they must be safe for concurrent use
-// and return quickly. An Observer must not be changed once in use.
+// synchronously, possibly concurrently, so they must be safe for
+// concurrent use: on the goroutine of the padlock call they describe, or,
+// for what the Client's background work does (renewals, and the end of a
+// hold that a renewal or a background release retry finds), on a goroutine
+// of the Client that runs them one at a time, in order. Any of them may
+// call the Lock's methods (Release, Extend, TTL) and the Client's (not
+// Close); a func that blocks holds up the ones after it. An Observer must
+// not be changed once in use.
 type Observer struct {
 	// AcquireStart is called when TryAcquire, Acquire, TryAcquireMany or
 	// AcquireMany (also inside TryDo and Do) starts, once its arguments are
@@ -30,9 +36,10 @@ type Observer struct {
 	// to wait; WaitDone when it stops waiting (it got the lock, or gave up).
 	WaitStart func(ctx context.Context, key string)
 	WaitDone  func(ctx context.Context, key string)
-	// HandOff is called when a release hands the lock to a waiter of this
-	// Client (a release notification names it) and wakes it. It is called
-	// with the Client's waiter queue locked: it must not call padlock.
+	// HandOff is called when the lock is granted to a waiter of this
+	// Client (the reply of a release of this Client, or a message, names
+	// it), before the waiter wakes: on the goroutine of that release, or
+	// of the Client's subscription.
 	HandOff func(key string)
 	// ReleaseStart is called when Release starts; the context it returns
 	// goes on to the release and to ReleaseDone.
@@ -232,8 +239,9 @@ func observeAcquire(ctx context.Context, l *Lock, wait bool, acquire func(contex
 }
 
 // holdEnded tells the observer, once, that l's hold ended: released, or
-// lost with cause.
-func (l *Lock) holdEnded(lost bool, cause error) {
+// lost with cause; bg says the Client's background work calls it (see
+// Client.observe).
+func (l *Lock) holdEnded(lost bool, cause error, bg bool) {
 	obs := l.observer()
 	if obs == nil {
 		return
@@ -251,13 +259,65 @@ func (l *Lock) holdEnded(lost bool, cause error) {
 		if lost {
 			info.Cause = cause
 		}
-		obs.HoldEnd(info)
+		l.c.observe(bg, func() { obs.HoldEnd(info) })
 	}
 }
 
-// renewed tells the observer the outcome of a renewal of l.
-func (l *Lock) renewed(err error) {
+// renewed tells the observer the outcome of a renewal of l; bg as for
+// holdEnded.
+func (l *Lock) renewed(err error, bg bool) {
 	if obs := l.observer(); obs != nil && obs.Renewal != nil {
-		obs.Renewal(RenewalInfo{Key: l.key, Err: err})
+		info := RenewalInfo{Key: l.key, Err: err}
+		l.c.observe(bg, func() { obs.Renewal(info) })
 	}
 }
+
+// observe calls f, an observer's func: now, or, when bg (the Client's
+// background work is calling), on the Client's observer goroutine, so that
+// f may call the Lock's methods, which wait for that work.
+func (c *Client) observe(bg bool, f func()) {
+	if !bg {
+		f()
+		return
+	}
+	c.calls.post(f)
+}
+
+// A dispatcher runs funcs one at a time, in the order posted, on a
+// goroutine of its own that runs while it has any.
+type dispatcher struct {
+	mu      sync.Mutex
+	queue   []func()
+	running bool
+	wg      sync.WaitGroup
+}
+
+func (d *dispatcher) post(f func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.queue = append(d.queue, f)
+	if !d.running {
+		d.running = true
+		d.wg.Add(1)
+		go d.run()
+	}
+}
+
+func (d *dispatcher) run() {
+	defer d.wg.Done()
+	for {
+		d.mu.Lock()
+		if len(d.queue) == 0 {
+			d.running = false
+			d.mu.Unlock()
+			return
+		}
+		f := d.queue[0]
+		d.queue = d.queue[1:]
+		d.mu.Unlock()
+		f()
+	}
+}
+
+// wait waits until every posted func has run.
+func (d *dispatcher) wait() { d.wg.Wait() }

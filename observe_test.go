@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,4 +228,53 @@ func (w syncWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.Write(p)
+}
+
+// An Observer's funcs may call the Lock's methods: a HoldEnd that releases
+// the lost Lock and a Renewal that reads its TTL both return (the renewals
+// do not wait for them), and the Client goes on working.
+func TestObserverMayCallTheLock(t *testing.T) {
+	e := newReal(t, nil)
+	var lock atomic.Pointer[padlock.Lock]
+	released, ttlRead := make(chan error, 1), make(chan error, 1)
+	obs := &padlock.Observer{
+		Renewal: func(padlock.RenewalInfo) {
+			if l := lock.Load(); l != nil {
+				_, err := l.TTL(context.Background())
+				select {
+				case ttlRead <- err:
+				default:
+				}
+			}
+		},
+		HoldEnd: func(i padlock.HoldEndInfo) {
+			if i.Lost {
+				released <- lock.Load().Release(context.Background())
+			}
+		},
+	}
+	c := padlock.New(e.rdb, padlock.WithObserver(obs))
+	defer c.Close()
+	l, err := c.TryAcquire(e.ctx, e.key, 300*time.Millisecond)
+	require.NoError(t, err)
+	lock.Store(l)
+	kctx, stop := l.KeepAlive(e.ctx)
+	defer stop()
+	select {
+	case err := <-ttlRead:
+		require.NoError(t, err, "TTL from Renewal")
+	case <-time.After(time.Second):
+		t.Fatal("a Renewal that calls TTL did not return")
+	}
+	require.NoError(t, e.raw.Del(e.ctx, e.key).Err()) // lost
+	waitDone(t, kctx, 2*time.Second)
+	select {
+	case err := <-released:
+		require.ErrorIs(t, err, padlock.ErrNotHeld, "Release from HoldEnd")
+	case <-time.After(time.Second):
+		t.Fatal("a HoldEnd that calls Release did not return")
+	}
+	l2, err := c.TryAcquire(e.ctx, e.key, time.Second)
+	require.NoError(t, err, "the Client still works")
+	require.NoError(t, l2.Release(e.ctx))
 }

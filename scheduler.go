@@ -223,7 +223,7 @@ func (s *scheduler) close() {
 	done := s.done
 	s.mu.Unlock()
 	for _, ls := range leases {
-		ls.l.lose(fmt.Errorf("%w: %q: keep-alive ended by Close", ErrClosed, ls.l.key))
+		ls.l.lose(fmt.Errorf("%w: %q: keep-alive ended by Close", ErrClosed, ls.l.key), false)
 	}
 	waitFor(done).wait()
 }
@@ -295,10 +295,10 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 				s.c.ticketGone(ls) // lapsed: its waiter attempts, and queues again
 				continue
 			}
-			ls.l.lose(causes[i])
+			ls.l.lose(causes[i], true)
 		}
 		for _, l := range expired {
-			l.holdEnded(false, nil)
+			l.holdEnded(false, nil, true)
 		}
 		if len(lost) > 0 {
 			continue
@@ -399,13 +399,13 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 		switch {
 		case err == nil && n == 1:
 			ls.l.extended(sent, ttls[i])
-			ls.l.renewed(nil)
+			ls.l.renewed(nil, true)
 		case err == nil:
 			cause := fmt.Errorf("%w: %q: renewal found it no longer ours", ErrLost, ls.l.key)
-			ls.l.renewed(cause)
-			ls.l.lose(cause)
+			ls.l.renewed(cause, true)
+			ls.l.lose(cause, true)
 		default:
-			ls.l.renewed(err)
+			ls.l.renewed(err, true)
 			s.mu.Lock()
 			ls.err = err
 			ls.retryAt = retry.Add(max(ttls[i]/16, time.Millisecond))
@@ -425,7 +425,7 @@ func (s *scheduler) retryReleases(prs []*pendingRelease) {
 		cancel()
 		switch {
 		case err == nil:
-			pr.l.markReleased()
+			pr.l.markReleased(true)
 			continue
 		case !retryable(err):
 			s.dropRelease(pr.l)
@@ -448,13 +448,13 @@ func (s *scheduler) renewOne(ls *lease) {
 	ok, err := ls.l.extend(ctx, ttl)
 	switch {
 	case err == nil && ok:
-		ls.l.renewed(nil)
+		ls.l.renewed(nil, true)
 	case err == nil:
 		cause := fmt.Errorf("%w: %q: renewal found it no longer ours", ErrLost, ls.l.key)
-		ls.l.renewed(cause)
-		ls.l.lose(cause)
+		ls.l.renewed(cause, true)
+		ls.l.lose(cause, true)
 	default:
-		ls.l.renewed(err)
+		ls.l.renewed(err, true)
 		s.mu.Lock()
 		ls.err = err
 		ls.retryAt = time.Now().Add(max(ttl/16, time.Millisecond))

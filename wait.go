@@ -537,29 +537,37 @@ func (c *Client) retoken(l *Lock, w *waiter) {
 // Client's waiters, counted from base, a moment before the grant.
 func (c *Client) deliver(grants []any, base time.Time) {
 	n := &c.notify
+	var handed []func()
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	for i := 0; i+1 < len(grants); i += 2 {
 		tok, _ := grants[i].(string)
 		fence, _ := grants[i+1].(int64)
-		n.grantLocked(tok, grant{fence: fence, base: base})
+		if f := n.grantLocked(tok, grant{fence: fence, base: base}); f != nil {
+			handed = append(handed, f)
+		}
+	}
+	n.mu.Unlock()
+	for _, f := range handed {
+		f()
 	}
 }
 
-// grantLocked hands a grant to the waiter with token tok, if it is still
-// here; a zero base means a message, counted from the last moment its
-// ticket was known to be in the queue.
-func (n *notifier) grantLocked(tok string, g grant) {
+// grantLocked records a grant to the waiter with token tok, if it is
+// still here, and returns what hands it over, to be called once the
+// notifier's mu is unlocked: its observer's HandOff (which may call
+// padlock), then the grant. A zero base means a message, counted from the
+// last moment its ticket was known to be in the queue.
+func (n *notifier) grantLocked(tok string, g grant) func() {
 	w := n.tokens[tok]
 	if w == nil {
-		return // it left: its leave passes the lock on
+		return nil // it left: its leave passes the lock on
 	}
 	if g.fence < 0 {
 		// A hint: it is first in line, and the holder expires in
 		// -1 - fence ms.
 		n.expiresInLocked(w, time.Now(), time.Duration(-1-g.fence)*time.Millisecond)
 		signal(w.turn)
-		return
+		return nil
 	}
 	if g.base.IsZero() {
 		g.base = w.alive
@@ -568,7 +576,7 @@ func (n *notifier) grantLocked(tok string, g grant) {
 		g.fence = 0
 	}
 	delete(n.tokens, tok)
-	n.handOffLocked(w)
+	handOff := n.handOffLocked(w)
 	if q := n.queues[w.key]; q != nil && !g.base.IsZero() {
 		// It holds the key now: waiters that come meanwhile are queued by
 		// its release.
@@ -577,18 +585,25 @@ func (n *notifier) grantLocked(tok string, g grant) {
 		}
 		q.holders[w.lock] = g.base.Add(w.lock.ttl - drift(w.lock.ttl))
 	}
-	select {
-	case w.grant <- g:
-	default:
+	return func() {
+		if handOff != nil {
+			handOff(w.key)
+		}
+		select {
+		case w.grant <- g:
+		default:
+		}
 	}
 }
 
-// handOffLocked tells w's observer, once, that the lock was handed to it.
-func (n *notifier) handOffLocked(w *waiter) {
-	if !w.handedOff && w.obs != nil && w.obs.HandOff != nil {
-		w.handedOff = true
-		w.obs.HandOff(w.key)
+// handOffLocked returns w's observer's HandOff the first time the lock is
+// handed to w, else nil.
+func (n *notifier) handOffLocked(w *waiter) func(string) {
+	if w.handedOff || w.obs == nil || w.obs.HandOff == nil {
+		return nil
 	}
+	w.handedOff = true
+	return w.obs.HandOff
 }
 
 // parseGrant parses a message of a grant, "<token> <fence>".
