@@ -54,6 +54,7 @@ type waiter struct {
 	handing   bool      // it waits the one way
 	ticket    string    // its ticket, as the scripts read it
 	queued    bool      // a call found or made its ticket in Redis
+	sent      bool      // a call that may make its ticket was sent (its outcome may be unknown)
 	alive     time.Time // when the latest such call was sent: a grant came after it
 	lease     *lease    // its ticket's renewal in the scheduler
 	pending   bool      // to be queued by the release of a Lock of this Client that holds the key
@@ -128,9 +129,14 @@ func (c *Client) queueFor(key string) (*keyQueue, error) {
 // w did not get the lock (it may be free). The last waiter out
 // unsubscribes the key.
 func (c *Client) dequeue(w *waiter, acquired bool) {
+	c.notify.mu.Lock()
+	defer c.notify.mu.Unlock()
+	c.dequeueLocked(w, acquired)
+}
+
+// dequeueLocked is dequeue with the notifier's mu held.
+func (c *Client) dequeueLocked(w *waiter, acquired bool) {
 	n := &c.notify
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	q := n.queues[w.key]
 	if q == nil {
 		return

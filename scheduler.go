@@ -218,6 +218,10 @@ func (s *scheduler) close() {
 	s.releases = nil
 	leases := make([]*lease, 0, len(s.leases))
 	for ls := range s.leases {
+		if ls.w != nil {
+			delete(s.leases, ls) // a waiter's ticket: Close wakes the waiter
+			continue
+		}
 		leases = append(leases, ls)
 	}
 	done := s.done

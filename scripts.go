@@ -3,6 +3,7 @@ package padlock
 import (
 	"context"
 	"embed"
+	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -50,7 +51,7 @@ func grantScript(name string) luaScript {
 	if !ok {
 		panic("lua/" + name + ".lua has no --@grant line") // embedded at build time: a test runs it
 	}
-	src := before + source("grant") + after
+	src := before + fmt.Sprintf("local QUEUE_LIFE = %d\n", queueLife.Milliseconds()) + source("grant") + after
 	return luaScript{redis.NewScript(src), src}
 }
 

@@ -37,6 +37,7 @@ const (
 	ticketLife    = 5 * time.Second        // a ticket's life unless renewed: a dead waiter is skipped after it (or its ttl, if shorter)
 	minTicketLife = 200 * time.Millisecond // but no shorter than this
 	goneLife      = 10 * time.Second       // how long Redis remembers that a waiter left
+	queueLife     = 2 * ticketLife         // how long a queue lives after its last renewal: never shortened by a ticket's
 	pendingMax    = 100 * time.Millisecond // the longest a waiter waits for a release of its Client to queue it
 )
 
@@ -67,7 +68,7 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 		return nil, opError("acquire", l.key, err)
 	}
 	defer func() {
-		if c.removeWaiter(w) && err != nil {
+		if c.removeWaiter(w, err == nil) && err != nil {
 			l.leave(ctx)
 		}
 	}()
@@ -107,6 +108,11 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 				return nil, err
 			}
 			held = true
+			if code == codeHeld {
+				// It took the lock, but the reply came too late and the lock
+				// was released: try again after the backoff.
+				n = o.backoff(attempt)
+			}
 			c.expiresIn(w, sent, n)
 			attempt++
 		}
@@ -230,6 +236,7 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 		if w.queued {
 			mode = "keep"
 		}
+		w.sent = true // from now on it may be in Redis, whatever the reply says
 		ticket = w.ticket
 		c.notify.mu.Unlock()
 	} else {
@@ -362,8 +369,8 @@ func (c *Client) addWaiter(l *Lock) (*waiter, error) {
 	}
 	n.tokens[w.token] = w
 	if l.multi() == nil {
-		for _, until := range q.holders {
-			if time.Now().Before(until) {
+		for h, until := range q.holders {
+			if time.Now().Before(until) && sameLimit(h, l) {
 				w.pending, w.holdUntil = true, latest(w.holdUntil, until)
 			}
 		}
@@ -371,22 +378,32 @@ func (c *Client) addWaiter(l *Lock) (*waiter, error) {
 	return w, nil
 }
 
+// sameLimit reports whether a and b are not semaphore places of
+// different n (a pending waiter makes no attempt that would find out).
+func sameLimit(a, b *Lock) bool {
+	ka, kb := a.counted(), b.counted()
+	return ka == nil || kb == nil || ka.limit == kb.limit
+}
+
 // removeWaiter takes w out of this Client's queue and stops renewing its
-// ticket. It reports whether w may have a ticket (or a grant) in Redis,
-// which it must leave.
-func (c *Client) removeWaiter(w *waiter) bool {
+// ticket; unless acquired, its Lock does not hold the key. It reports
+// whether w may have a ticket (or a grant) in Redis, which it must leave.
+func (c *Client) removeWaiter(w *waiter, acquired bool) bool {
 	n := &c.notify
 	n.mu.Lock()
 	w.removed = true
-	inRedis := w.queued || w.carried
+	inRedis := w.sent || w.queued || w.carried
 	ls := w.lease
 	w.lease = nil
 	delete(n.tokens, w.token)
+	if q := n.queues[w.key]; q != nil && !acquired {
+		delete(q.holders, w.lock)
+	}
+	c.dequeueLocked(w, false)
 	n.mu.Unlock()
 	if ls != nil {
 		c.sched.remove(ls)
 	}
-	c.dequeue(w, false)
 	return inRedis
 }
 
@@ -449,16 +466,20 @@ func (c *Client) nowHolding(l *Lock) {
 // waiters, now carried by it; l no longer holds the key here.
 func (c *Client) takePending(l *Lock) ([]any, []*waiter) {
 	n := &c.notify
-	if l.multi() != nil {
-		return nil, nil
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	q := n.queues[l.key]
+	key := l.key
+	if m := l.multi(); m != nil {
+		key = m[0]
+	}
+	q := n.queues[key]
 	if q == nil {
 		return nil, nil
 	}
 	delete(q.holders, l)
+	if l.multi() != nil {
+		return nil, nil
+	}
 	var regs []any
 	var ws []*waiter
 	for _, w := range q.waiters {
@@ -506,8 +527,15 @@ func (c *Client) queued(w *waiter, sent time.Time) {
 		w.lease = fresh
 	}
 	n.mu.Unlock()
-	if fresh != nil {
-		c.sched.add(fresh)
+	if fresh == nil {
+		return
+	}
+	c.sched.add(fresh)
+	n.mu.Lock()
+	gone := w.removed || w.lease != fresh
+	n.mu.Unlock()
+	if gone {
+		c.sched.remove(fresh) // it stopped waiting meanwhile
 	}
 }
 
@@ -519,7 +547,7 @@ func (c *Client) retoken(l *Lock, w *waiter) {
 	n.mu.Lock()
 	delete(n.tokens, w.token)
 	ls := w.lease
-	w.lease, w.queued, w.alive = nil, false, time.Time{}
+	w.lease, w.queued, w.sent, w.alive = nil, false, false, time.Time{}
 	n.mu.Unlock()
 	if ls != nil {
 		c.sched.remove(ls)
@@ -645,7 +673,7 @@ func (s *scheduler) renewTickets(ctx context.Context, leases []*lease) {
 			for i := 1; i < len(keys); i += 2 {
 				if !queues[keys[i]] {
 					queues[keys[i]] = true
-					p.PExpire(ctx, keys[i], 2*ls.ttl)
+					p.PExpire(ctx, keys[i], queueLife)
 				}
 			}
 		}

@@ -15,6 +15,9 @@
 -- 'to:' .. client.
 
 local MARKER = 'padlock:shared'
+-- QUEUE_LIFE (ms), set by scripts.go before this file: how long a queue
+-- lives after the last call that renewed it; twice the longest ticket
+-- life, so that no call shortens it.
 
 local function now()
   local t = redis.call('TIME')
@@ -99,7 +102,14 @@ local function free(K, P, w, t)
     return not v or v == MARKER
   end
   expire(K, P, 'n', t)
-  return redis.call('ZCARD', K) < tonumber(w.l)
+  return redis.call('ZCARD', K) < w.l
+end
+
+-- limitOK reports whether a semaphore ticket (or caller) w asks for the
+-- key's stored number of places, or none is stored.
+local function limitOK(P, w)
+  local n = redis.call('GET', P .. 'limit')
+  return not n or tonumber(n) == w.l
 end
 
 -- admit gives K to a ticket (or a caller) w of kind 'x', 's' or 'n', and
@@ -183,10 +193,14 @@ local function grant(K, Q, t, me, mine)
     local head = redis.call('ZRANGE', Q, 0, 0)[1]
     if not head then return mine end
     local d = redis.call('GET', head)
-    if not d or d == '-' then
+    local w = d and d ~= '-' and parse(d)
+    if not w then
       redis.call('ZREM', Q, head) -- its waiter is gone
+    elseif w.k == 'n' and not limitOK(prefix(Q), w) then
+      -- Another n than the key's: dropped, its waiter finds out (ErrInvalid).
+      redis.call('ZREM', Q, head)
+      redis.call('DEL', head)
     else
-      local w = parse(d)
       local fence = grantTo(K, Q, head, w, t)
       if not fence then return mine end
       redis.call('DEL', head)

@@ -37,10 +37,10 @@ local P = prefix(KEYS[2])
 for i = 4, #ARGV, 2 do
   local ticket = P .. 't:' .. ARGV[i]
   if redis.call('SET', ticket, ARGV[i + 1], 'PX', ARGV[3], 'NX') then
-    redis.call('ZADD', KEYS[2], 'NX', t, ticket)
+    redis.call('ZADD', KEYS[2], 'NX', t + i / 1000, ticket) -- in the order given
   end
 end
-if ARGV[4] then redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[3])) end
+if ARGV[4] then redis.call('PEXPIRE', KEYS[2], QUEUE_LIFE) end
 local out = {ours}
 for i = 1, #KEYS, 2 do
   grant(KEYS[i], KEYS[i + 1], t, ARGV[2], out)

@@ -60,10 +60,10 @@ if fence then
 end
 local tk = redis.call('GET', ticket)
 if tk == '-' or (ARGV[3] == 'keep' and not tk) then return {4, 0} end
-if w.k == 'n' then
-  local n = redis.call('GET', P .. 'limit')
-  if n and tonumber(n) ~= w.l then return {3, tonumber(n)} end
+local function limitError()
+  return {3, tonumber(redis.call('GET', P .. 'limit'))}
 end
+if w.k == 'n' and not limitOK(P, w) then return limitError() end
 
 -- Serve those queued first: a holder may have expired.
 local mine = {}
@@ -71,6 +71,7 @@ for i = 1, #KEYS, 2 do grant(KEYS[i], KEYS[i + 1], t, w.c, mine) end
 for i = 1, #mine, 2 do
   if mine[i] == w.tok then return reply(1, mine[i + 1], mine) end
 end
+if w.k == 'n' and not limitOK(P, w) then return limitError() end -- set by a grant just now
 
 -- Free, and nobody queued: take it.
 local take = true
@@ -89,7 +90,9 @@ elseif take and free(K, P, w, t) then
   return reply(1, admit(K, P, w, t), mine)
 end
 
--- Wait: until when does the holder keep it?
+-- Wait: until when does what keeps it out last? The holder; or, when the
+-- key is free but the head of its queue waits for something else (another
+-- key), that head's ticket.
 local ms = -1
 if w.k == 'n' then
   local first = redis.call('ZRANGE', K, 0, 0, 'WITHSCORES')
@@ -100,16 +103,20 @@ else
     if p >= 0 and (ms < 0 or p < ms) then ms = p end
   end
 end
+if ms < 0 then
+  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  if head and head ~= ticket then ms = math.max(redis.call('PTTL', head), 0) end
+end
 if life > 0 then
+  for i = 2, #KEYS, 2 do redis.call('ZADD', KEYS[i], 'NX', t, ticket) end -- again, if a queue lost it
   if tk then
     redis.call('PEXPIRE', ticket, life)
   else
-    for i = 2, #KEYS, 2 do redis.call('ZADD', KEYS[i], 'NX', t, ticket) end
     redis.call('SET', ticket, ARGV[1], 'PX', life)
   end
-  for i = 2, #KEYS, 2 do redis.call('PEXPIRE', KEYS[i], 2 * life) end
-  if w.k == 'n' and redis.call('PTTL', P .. 'limit') < 2 * life then
-    redis.call('SET', P .. 'limit', w.l, 'PX', 2 * life)
+  for i = 2, #KEYS, 2 do redis.call('PEXPIRE', KEYS[i], QUEUE_LIFE) end
+  if w.k == 'n' and redis.call('PTTL', P .. 'limit') < QUEUE_LIFE then
+    redis.call('SET', P .. 'limit', w.l, 'PX', QUEUE_LIFE)
   end
 end
 return reply(0, ms, mine)
