@@ -31,14 +31,15 @@ const (
 // use, holds no state of its own beyond its defaults, and starts no
 // goroutine.
 type Client struct {
-	rdb     redis.UniversalClient
-	lastTTL atomic.Pointer[boxedTTL]
-	opts    options
-	notify  notifier
-	sched   scheduler
-	nodes   []redis.UniversalClient // a Redlock's primaries (NewRedlock), or nil
-	refused error                   // what every call returns, for a client padlock cannot run on (a Ring), or nil
-	calls   dispatcher              // runs the observer's funcs for the background work (see observe)
+	rdb       redis.UniversalClient
+	lastTTL   atomic.Pointer[boxedTTL]
+	opts      options
+	notify    notifier
+	sched     scheduler
+	nodes     []redis.UniversalClient // a Redlock's primaries (NewRedlock), or nil
+	refused   error                   // what every call returns, for a client padlock cannot run on (a Ring), or nil
+	calls     dispatcher              // runs the observer's funcs for the background work (see observe)
+	nodeCalls sync.WaitGroup          // calls to Redlock nodes not waited for (see onNodesUntil)
 	// wait sleeps for d, or until ctx ends (returning its error), when
 	// notifications are off.
 	wait func(ctx context.Context, key string, d time.Duration) error
@@ -794,7 +795,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	sent := time.Now()
 	script, keys, args := l.extendCall(ttl.Milliseconds())
 	n, err := script.Run(ctx, r, keys, args...).Int64()
-	if err != nil || n == 0 {
+	if err != nil || n != 1 {
 		return false, err
 	}
 	if conn != nil {

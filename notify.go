@@ -471,5 +471,6 @@ func (c *Client) Close() error {
 	c.notify.closeAll()
 	c.sched.close()
 	c.calls.wait()
+	c.nodeCalls.Wait()
 	return nil
 }

@@ -72,6 +72,58 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, f func(ctx cont
 	return res
 }
 
+// errNoAnswer is the result of a node that had not answered when
+// onNodesUntil returned.
+var errNoAnswer = errors.New("padlock: no answer yet")
+
+// onNodesUntil is onNodes that returns as soon as done, told each answer
+// as it comes, says so (or every node answered); the nodes that have not
+// answered then have errNoAnswer in the result, and are left to finish on
+// their own (each within its timeout): the later func hands each of their
+// answers, as it comes, to handle, on a goroutine of the Client's. It must
+// be called once.
+func (c *Client) onNodesUntil(ctx context.Context, ttl time.Duration, f func(ctx context.Context, r redis.UniversalClient) (int64, error), done func(nodeResult) bool) (res []nodeResult, later func(handle func(i int, r nodeResult))) {
+	type answer struct {
+		i int
+		r nodeResult
+	}
+	answers := make(chan answer, len(c.nodes))
+	for i, node := range c.nodes {
+		c.nodeCalls.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, max(ttl/10, 10*time.Millisecond))
+			defer cancel()
+			var r nodeResult
+			r.n, r.err = f(ctx, node)
+			answers <- answer{i, r}
+		})
+	}
+	res = make([]nodeResult, len(c.nodes))
+	for i := range res {
+		res[i].err = errNoAnswer
+	}
+	answered := 0
+	for answered < len(c.nodes) {
+		a := <-answers
+		answered++
+		res[a.i] = a.r
+		if done(a.r) {
+			break
+		}
+	}
+	left := len(c.nodes) - answered
+	return res, func(handle func(i int, r nodeResult)) {
+		if left == 0 {
+			return
+		}
+		c.nodeCalls.Go(func() {
+			for range left {
+				a := <-answers
+				handle(a.i, a.r)
+			}
+		})
+	}
+}
+
 // checkRedlock refuses the options Redlock cannot honour.
 func (c *Client) checkRedlock(o options) error {
 	switch {
@@ -156,26 +208,72 @@ func (l *Lock) redlockRelease(ctx context.Context) (int64, error) {
 	return 0, err
 }
 
-// redlockExtend extends the lock on every node: ok if a quorum did within
-// the new validity; not ok (lost) if too many nodes no longer hold it;
-// an error if too many could not answer.
+// redlockExtend extends the lock on every node at once, and is done when a
+// quorum did, within the new validity (ok), or when too many nodes no
+// longer hold it (not ok: lost), without waiting for the nodes that have
+// not answered by then; an error if too many could not answer. A node
+// that answered that the key is gone (it restarted empty) gets it set
+// again, with what is left of the ttl, once a quorum extended it: so a
+// kept-alive lock keeps its majority across restarts of a minority. A node
+// that holds another token is never touched.
 func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, error) {
 	c := l.c
 	sent := time.Now()
 	script, keys, args := l.extendCall(ttl.Milliseconds())
-	ours, notOurs, err := c.redlockCount(ctx, ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+	ours, notOurs := 0, 0
+	res, later := c.onNodesUntil(ctx, ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return script.Run(ctx, r, keys, args...).Int64()
+	}, func(r nodeResult) bool {
+		switch {
+		case r.err != nil:
+		case r.n == 1:
+			ours++
+		default:
+			notOurs++
+		}
+		return ours >= c.quorum() || notOurs > len(c.nodes)-c.quorum()
+	})
+	var errs []error
+	for _, r := range res {
+		if r.err != nil {
+			errs = append(errs, r.err)
+		}
+	}
+	ok := ours >= c.quorum() && time.Since(sent) < ttl-drift(ttl)
+	deadline := sent.Add(ttl - drift(ttl))
+	if ok {
+		l.extended(sent, ttl)
+		for i, r := range res {
+			l.reestablish(i, r, deadline)
+		}
+	}
+	later(func(i int, r nodeResult) {
+		if ok {
+			l.reestablish(i, r, deadline)
+		}
 	})
 	switch {
-	case ours >= c.quorum() && time.Since(sent) < ttl-drift(ttl):
-		l.extended(sent, ttl)
+	case ok:
 		return true, nil
 	case notOurs > len(c.nodes)-c.quorum():
 		return false, nil
-	case err == nil:
-		err = fmt.Errorf("a quorum extended it after its validity")
+	case ours >= c.quorum():
+		return false, fmt.Errorf("a quorum extended it after its validity")
 	}
-	return false, err
+	return false, errors.Join(errs...)
+}
+
+// reestablish sets the lock again on node i, until deadline (what a quorum
+// still guarantees), if its answer r to an extend was that the key is gone
+// (it restarted empty); not if someone took it there meanwhile.
+func (l *Lock) reestablish(i int, r nodeResult, deadline time.Time) {
+	left := time.Until(deadline)
+	if r.err != nil || r.n != -1 || left < time.Millisecond {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(left/10, 10*time.Millisecond))
+	defer cancel()
+	_ = l.c.nodes[i].SetNX(ctx, l.key, l.value, left).Err() // best effort: the next renewal tries again
 }
 
 // redlockTTL is the ttl a quorum still guarantees: the quorum-th longest

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/faultproxy"
 	"github.com/padlock-go/padlock/internal/redistest"
 )
 
@@ -141,4 +142,107 @@ func TestRedlockWaitersAreWokenAndFencingIsRefused(t *testing.T) {
 	assert.Contains(t, err.Error(), "no fence")
 	_, err = padlock.NewRedlock(nil).TryAcquire(ctx, "k", time.Minute)
 	require.ErrorIs(t, err, padlock.ErrInvalid)
+}
+
+// Redlock renewals go to every node at once and are done at a majority:
+// with one, then two, of five nodes blackholed (connections open, no
+// replies), twenty kept-alive locks are not lost; with a third, every one
+// ends with ErrLost by its local deadline.
+func TestRedlockRenewalsDoNotWaitForASlowNode(t *testing.T) {
+	t.Parallel()
+	var proxies []*faultproxy.Proxy
+	var clients []redis.UniversalClient
+	for range 5 {
+		s := redistest.Start(t)
+		p, err := faultproxy.Start(s.Addr())
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		proxies = append(proxies, p)
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		clients = append(clients, rdb)
+	}
+	c := padlock.NewRedlock(clients)
+	ctx := t.Context()
+	const ttl = 3 * time.Second
+	phase := 4 * time.Second
+	if longRun() {
+		phase = 10 * time.Second
+	}
+	var locks []*padlock.Lock
+	var kctxs []context.Context
+	for i := range 20 {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("lock:redlock:slow:%d", i), ttl)
+		require.NoError(t, err)
+		kctx, stop := l.KeepAlive(ctx)
+		defer stop()
+		locks, kctxs = append(locks, l), append(kctxs, kctx)
+	}
+	for i := range 2 {
+		proxies[i].SetBlackhole(true)
+		time.Sleep(phase)
+		for j, kctx := range kctxs {
+			require.NoError(t, kctx.Err(), "lock %d with %d nodes blackholed: %v", j, i+1, context.Cause(kctx))
+		}
+	}
+	type end struct{ at, deadline time.Time }
+	ends := make([]chan end, len(kctxs))
+	for j, kctx := range kctxs {
+		ends[j] = make(chan end, 1)
+		context.AfterFunc(kctx, func() { ends[j] <- end{time.Now(), locks[j].Deadline()} })
+	}
+	proxies[2].SetBlackhole(true)
+	for j, kctx := range kctxs {
+		waitDone(t, kctx, ttl+time.Second)
+		require.ErrorIs(t, context.Cause(kctx), padlock.ErrLost, "lock %d", j)
+		e := <-ends[j]
+		assert.WithinDuration(t, e.deadline, e.at, 300*time.Millisecond, "lock %d ended by its local deadline", j)
+	}
+	for _, p := range proxies {
+		p.SetBlackhole(false)
+	}
+	require.NoError(t, c.Close())
+}
+
+// A kept-alive Redlock lock keeps its majority across successive empty
+// restarts of a minority: each renewal sets it again on a node that lost
+// it. Another Client cannot take it meanwhile.
+func TestRedlockReestablishesTheLockOnARestartedNode(t *testing.T) {
+	t.Parallel()
+	e := startRedlock(t, 5)
+	other := startRedlockOver(t, e)
+	ctx := t.Context()
+	const ttl = 900 * time.Millisecond
+	l, err := e.c.TryAcquire(ctx, "lock:redlock:again", ttl)
+	require.NoError(t, err)
+	kctx, stop := l.KeepAlive(ctx)
+	defer stop()
+	for i := range 3 {
+		e.srvs[i].Restart()
+		time.Sleep(2 * ttl / 3) // two renewals
+		_, err := other.TryAcquire(ctx, "lock:redlock:again", ttl)
+		require.ErrorIs(t, err, padlock.ErrNotAcquired, "after node %d restarted empty", i)
+		held := 0
+		for _, v := range e.values("lock:redlock:again") {
+			if v == l.Token() {
+				held++
+			}
+		}
+		assert.GreaterOrEqual(t, held, 3, "held on a majority after node %d restarted", i)
+		require.NoError(t, kctx.Err())
+	}
+	require.NoError(t, l.Release(ctx))
+}
+
+// startRedlockOver is another Redlock Client over e's nodes.
+func startRedlockOver(t *testing.T, e *redlockEnv) *padlock.Client {
+	var clients []redis.UniversalClient
+	for _, s := range e.srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		clients = append(clients, rdb)
+	}
+	c := padlock.NewRedlock(clients)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

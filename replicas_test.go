@@ -65,3 +65,26 @@ func TestWithReplicasBadInput(t *testing.T) {
 	require.ErrorIs(t, err, padlock.ErrUnsupported, "a Ring is refused")
 	assert.False(t, e.mr.Exists(e.key))
 }
+
+// A lease that waits for a replica (WithReplicas) renews beside the
+// Client's other leases: with the replica stopped, a plain 600ms lease of
+// the same Client is not held up, and not lost.
+func TestAReplicaWaitDoesNotHoldUpOtherLeases(t *testing.T) {
+	t.Parallel()
+	e := newReal(t, nil)
+	replica := redistest.StartReplica(t, e.srv)
+	slow, err := e.c.TryAcquire(e.ctx, e.key+":replicated", time.Minute, padlock.WithReplicas(1, 1500*time.Millisecond))
+	require.NoError(t, err)
+	plain, err := e.c.TryAcquire(e.ctx, e.key, 600*time.Millisecond)
+	require.NoError(t, err)
+	sctx, sstop := slow.KeepAlive(e.ctx)
+	defer sstop()
+	pctx, pstop := plain.KeepAlive(e.ctx)
+	defer pstop()
+	replica.Pause()
+	defer replica.Resume()
+	time.Sleep(5 * time.Second)
+	require.NoError(t, pctx.Err(), "the plain lease: %v", context.Cause(pctx))
+	t.Logf("the replicated lease: %v", context.Cause(sctx))
+	require.NoError(t, plain.Release(e.ctx))
+}

@@ -30,6 +30,8 @@ type scheduler struct {
 	leases   map[*lease]struct{}
 	releases map[*Lock]*pendingRelease // releases to send again
 	inflight *batch                    // the pipeline in flight, if any
+	solo     map[*lease]chan struct{}  // renewals in flight on their own (see renew), closed when done
+	soloWG   sync.WaitGroup            // those renewals' goroutines
 	done     chan struct{}             // closed when the goroutine exits; nil while none runs
 	kick     chan struct{}             // wakes the goroutine to look again
 }
@@ -168,6 +170,9 @@ func (s *scheduler) remove(ls *lease) waitFor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.leases, ls)
+	if done, ok := s.solo[ls]; ok {
+		return done
+	}
 	if s.idleLocked() && s.done != nil {
 		signal(s.kick)
 		return s.done
@@ -179,6 +184,11 @@ func (s *scheduler) remove(ls *lease) waitFor {
 func (s *scheduler) settled(l *Lock) waitFor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for ls, done := range s.solo {
+		if ls.l == l {
+			return done
+		}
+	}
 	if s.idleLocked() && s.done != nil {
 		return s.done
 	}
@@ -230,6 +240,7 @@ func (s *scheduler) close() {
 		ls.l.lose(fmt.Errorf("%w: %q: keep-alive ended by Close", ErrClosed, ls.l.key), false)
 	}
 	waitFor(done).wait()
+	s.soloWG.Wait()
 }
 
 // run is the scheduler's goroutine.
@@ -270,8 +281,8 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 				continue
 			}
 			wake = earliest(wake, d)
-			if s.inflight != nil {
-				continue // one pipeline at a time: the rest wait for it
+			if _, ok := s.solo[ls]; ok || s.inflight != nil {
+				continue // in flight on its own; or one pipeline at a time: the rest wait for it
 			}
 			if !now.Before(latest(ls.early(), ls.retryAt)) {
 				due = append(due, ls)
@@ -370,9 +381,28 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 		s.renewTickets(ctx, tickets)
 		cancel()
 	}
-	for _, ls := range single {
-		s.renewOne(ls)
+	// Renewals that wait for more than one server (Redlock, WithReplicas)
+	// run on their own, beside the pipeline and each other: a server that
+	// does not answer holds up its own lease alone.
+	s.mu.Lock()
+	if s.solo == nil {
+		s.solo = make(map[*lease]chan struct{})
 	}
+	for _, ls := range single {
+		done := make(chan struct{})
+		s.solo[ls] = done
+		s.soloWG.Go(func() {
+			s.renewOne(ls)
+			s.mu.Lock()
+			delete(s.solo, ls)
+			if s.kick != nil {
+				signal(s.kick)
+			}
+			s.mu.Unlock()
+			close(done)
+		})
+	}
+	s.mu.Unlock()
 	if len(locked) == 0 {
 		return
 	}

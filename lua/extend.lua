@@ -1,7 +1,10 @@
 -- extend.lua: set the lock KEYS[1] to expire ARGV[2] milliseconds from now
 -- if it still holds the value ARGV[1]. It never creates the key.
--- Returns 1 if the expiry was set, 0 if the lock was not ours (or gone).
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+-- Returns 1 if the expiry was set, 0 if the lock is someone else's, -1 if
+-- the key is gone (a Redlock node restarted empty, say).
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
+if not v then return -1 end
 return 0
