@@ -2,6 +2,8 @@ package padlock_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,4 +170,97 @@ func TestClusterSlotMovesWhileHeld(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), next.Fence(), "the fence counter moved with the lock")
 	require.NoError(t, next.Release(ctx))
+}
+
+// On a Cluster, a Client listens on one pub/sub connection, whatever the
+// number of keys it waits for: 1,000 waiters on keys in every slot range
+// open at most one pub/sub connection per master, and all are woken by
+// their releases. A waiter whose key's slot moves to another master while
+// it waits is still told of its grant by the release on the new owner.
+func TestClusterWaitersShareOneConnection(t *testing.T) {
+	t.Parallel()
+	nodes, cc := startCluster(t)
+	ctx := t.Context()
+	holders := padlock.New(cc)
+	defer holders.Close()
+	waiters := padlock.New(cc)
+	defer waiters.Close()
+	const n = 1000
+	held := make([]*padlock.Lock, n)
+	for i := range held {
+		l, err := holders.TryAcquire(ctx, fmt.Sprintf("lock:cluster:%d", i), time.Minute)
+		require.NoError(t, err)
+		held[i] = l
+	}
+	got := make(chan error, n)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for i := range n {
+		go func() {
+			l, err := waiters.Acquire(wctx, fmt.Sprintf("lock:cluster:%d", i), time.Minute, neverPoll)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+	}
+	require.Eventually(t, func() bool {
+		waiting := 0
+		for _, l := range held {
+			info, err := holders.Inspect(ctx, l.Key())
+			require.NoError(t, err)
+			waiting += info.Waiting
+		}
+		return waiting == n
+	}, 30*time.Second, 100*time.Millisecond, "every waiter queued")
+	total := 0
+	for _, s := range nodes {
+		list, err := s.Client().ClientList(ctx).Result()
+		require.NoError(t, err)
+		conns := strings.Count(list, "flags=P")
+		t.Logf("%s: %d pub/sub connections", s.Addr(), conns)
+		assert.LessOrEqual(t, conns, 1, "at most one pub/sub connection per master")
+		total += conns
+	}
+	assert.Positive(t, total)
+
+	// Move the slot of one waited key to another master.
+	key := held[0].Key()
+	slot := int(cc.ClusterKeySlot(ctx, key).Val())
+	src, err := cc.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	var from, to *redistest.Server
+	for _, s := range nodes {
+		if s.Addr() == src.Options().Addr {
+			from = s
+		} else if to == nil {
+			to = s
+		}
+	}
+	fromC, toC := from.Client(), to.Client()
+	fromID, toID := fromC.Do(ctx, "CLUSTER", "MYID").Val().(string), toC.Do(ctx, "CLUSTER", "MYID").Val().(string)
+	require.NoError(t, toC.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
+	require.NoError(t, fromC.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
+	keys, err := fromC.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+	require.NoError(t, err)
+	args := []any{"MIGRATE", "127.0.0.1", to.Port(), "", 0, 5000, "KEYS"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	require.NoError(t, fromC.Do(ctx, args...).Err())
+	for _, s := range nodes {
+		require.NoError(t, s.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	}
+	released := time.Now()
+	require.NoError(t, held[0].Release(ctx), "released on the new owner")
+	require.NoError(t, <-got)
+	t.Logf("the waiter of the moved key held %v after the release", time.Since(released).Round(time.Millisecond))
+	assert.Less(t, time.Since(released), time.Second, "told by the release, not found at a renewal")
+
+	for _, l := range held[1:] {
+		require.NoError(t, l.Release(ctx))
+	}
+	for range n - 1 {
+		require.NoError(t, <-got)
+	}
 }

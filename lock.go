@@ -59,6 +59,12 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{opts: defaultOptions().with(opts), wait: sleep}
 	c.sched.c = c
 	c.notify.id = newToken()[:8]
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		// On a Cluster a Client listens with plain pub/sub (see groupOn):
+		// its id says so to the scripts that tell it of a grant.
+		c.notify.id += plainID
+		c.notify.sharded = -1
+	}
 	if !isNil(rdb) {
 		c.rdb = rdb
 	}
@@ -67,6 +73,10 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	}
 	return c
 }
+
+// plainID ends the id of a Client that listens with plain pub/sub (see
+// lua/grant.lua's tell); an id is otherwise hexadecimal.
+const plainID = "p"
 
 // errRing is what every call on a Client over a *redis.Ring returns.
 var errRing = fmt.Errorf("%w: a *redis.Ring moves keys between shards (a shard that fails a health check hands its keys to another, and a script runs on its first key's shard), so a lock could be held twice; use a *redis.ClusterClient, or NewRedlock over the shards", ErrUnsupported)

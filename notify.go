@@ -245,13 +245,11 @@ func (c *Client) pubsubNodes() []redis.UniversalClient {
 }
 
 // groupOn is the routing group of key's channel on node number i: every
-// channel of a plain client shares one connection; on a Cluster or a Ring,
-// where channels live on different nodes, each key has its own.
-func (c *Client) groupOn(i int, node redis.UniversalClient, key string) string {
-	if _, ok := node.(*redis.Client); ok {
-		key = ""
-	}
-	return strconv.Itoa(i) + "/" + key
+// channel shares one connection. On a Cluster too: there a Client listens
+// with plain pub/sub, which every node hears (see plainID), so one
+// connection serves every key, and a key whose slot moves is still heard.
+func (c *Client) groupOn(i int, _ redis.UniversalClient, _ string) string {
+	return strconv.Itoa(i) + "/"
 }
 
 // subscribeOn subscribes key's channel on node, in group g.

@@ -155,11 +155,14 @@ local function channel(head, w)
 end
 
 -- tell gives the client me's grants (and hints) in mine, and the others'
--- by message.
+-- by message: plain PUBLISH to a client whose id ends in 'p' (it listens
+-- on a Cluster, where every node hears a plain message).
 local function tell(head, w, fence, me, mine)
   if w.c == me then
     mine[#mine + 1] = w.tok
     mine[#mine + 1] = fence
+  elseif string.sub(w.c, -1) == 'p' then
+    pcall(redis.call, 'PUBLISH', channel(head, w), w.tok .. ' ' .. fence)
   else
     announce(channel(head, w), w.tok .. ' ' .. fence)
   end
