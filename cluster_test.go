@@ -255,7 +255,7 @@ func TestClusterWaitersShareOneConnection(t *testing.T) {
 	require.NoError(t, held[0].Release(ctx), "released on the new owner")
 	require.NoError(t, <-got)
 	t.Logf("the waiter of the moved key held %v after the release", time.Since(released).Round(time.Millisecond))
-	assert.Less(t, time.Since(released), time.Second, "told by the release, not found at a renewal")
+	assert.Less(t, time.Since(released), 2*time.Second, "told by the release, not found at a renewal (every 2.5s)")
 
 	for _, l := range held[1:] {
 		require.NoError(t, l.Release(ctx))

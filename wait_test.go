@@ -333,7 +333,7 @@ func TestReadersAndWritersTakeTurns(t *testing.T) {
 	assert.Greater(t, reads, int64(0))
 	assert.Greater(t, writes, int64(0))
 	assert.GreaterOrEqual(t, reads, writes, "readers are not starved")
-	assert.Less(t, longest, time.Second)
+	assert.Less(t, longest, 3*time.Second, "nobody waits long")
 }
 
 // A waiter that misses the message of its grant learns of it all the
