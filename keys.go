@@ -111,10 +111,11 @@ func (l *Lock) ticketKey(tok string) string {
 // else 0 (a multi-key lock with some keys no longer ours has the others
 // deleted, and reports 0). A lock whose waiters queue in Redis hands
 // what it frees to them (see wait.go); on the attempt path, the release
-// is announced on each key's channel.
-func (l *Lock) releaseOn(ctx context.Context, r doer) (int64, error) {
+// is announced on each key's channel. bg says the Client's background work
+// releases it (see Client.observe).
+func (l *Lock) releaseOn(ctx context.Context, r doer, bg bool) (int64, error) {
 	if l.queued() {
-		return l.releaseQueued(ctx, r)
+		return l.releaseQueued(ctx, r, bg)
 	}
 	keys := l.multi()
 	if keys == nil {

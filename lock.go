@@ -39,7 +39,7 @@ type Client struct {
 	nodes     []redis.UniversalClient // a Redlock's primaries (NewRedlock), or nil
 	refused   error                   // what every call returns, for a client padlock cannot run on (a Ring), or nil
 	calls     dispatcher              // runs the observer's funcs for the background work (see observe)
-	nodeCalls sync.WaitGroup          // calls to Redlock nodes not waited for (see onNodesUntil)
+	nodeCalls tracker                 // calls to Redlock nodes not waited for (see onNodes)
 	// wait sleeps for d, or until ctx ends (returning its error), when
 	// notifications are off.
 	wait func(ctx context.Context, key string, d time.Duration) error
@@ -393,8 +393,11 @@ func (l *Lock) acquired(ctx context.Context, sent time.Time, fence int64) error 
 	l.mu.Lock()
 	l.fence, l.sent = fence, sent
 	left := time.Until(l.deadline())
-	if left >= l.ttl*minValidity/100 {
-		l.acqCmd = nil // done with: let a long-held lock be smaller (a waiter attempts again otherwise)
+	if left >= l.ttl*minValidity/100 && l.c.nodes == nil {
+		// Done with: let a long-held lock be smaller. (A waiter whose
+		// lock came too late attempts again with it; a Redlock node that
+		// has not answered yet may still be sending it.)
+		l.acqCmd = nil
 	}
 	l.mu.Unlock()
 	if left < l.ttl*minValidity/100 {
@@ -649,13 +652,13 @@ func (l *Lock) releaseLock(ctx context.Context) error {
 		rctx, cancel = detach(ctx, left)
 		defer cancel()
 	}
-	n, err := l.release(rctx)
+	n, err := l.release(rctx, false)
 	if err != nil && rctx == ctx && ctx.Err() != nil {
 		// ctx ended during the call: send it again, detached from ctx.
 		// (If the first one ran, this one finds the lock gone: ErrNotHeld.)
 		dctx, cancel := detach(ctx, time.Until(deadline))
 		defer cancel()
-		n, err = l.release(dctx)
+		n, err = l.release(dctx, false)
 	}
 	if err != nil {
 		if retryable(err) {
@@ -730,17 +733,17 @@ func (l *Lock) cleanup(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
-	_, _ = l.release(ctx)
+	_, _ = l.release(ctx, false)
 }
 
 // release runs the release script, and reports 1 if every key was still
 // ours and is deleted, 0 if not (a multi-key lock with some keys no longer
 // ours has the others deleted, and reports 0).
-func (l *Lock) release(ctx context.Context) (int64, error) {
+func (l *Lock) release(ctx context.Context, bg bool) (int64, error) {
 	if l.c.nodes != nil {
 		return l.redlockRelease(ctx)
 	}
-	return l.releaseOn(ctx, l.c.rdb)
+	return l.releaseOn(ctx, l.c.rdb, bg)
 }
 
 // Extend sets the lock to expire ttl from now, if it is still ours, in one

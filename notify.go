@@ -370,33 +370,23 @@ func (s *subscriber) read(n *notifier) {
 	}
 }
 
-// unsubscribeLocked drops key's channel; a connection left with no channel
-// closes after subscriberLinger. c.notify.mu must be held.
+// unsubscribeLocked is called when key has no waiter here any more. Its
+// channel stays subscribed (a message on it finds nobody, and nothing is
+// sent under the notifier's mu, which a connection being redialled would
+// hold up); once no key has waiters, the connection closes after
+// subscriberLinger (a key that alternates between free and contended would
+// otherwise dial a connection per hand-off), which drops them all.
+// c.notify.mu must be held.
 func (c *Client) unsubscribeLocked(key string) {
 	n := &c.notify
+	if n.anySubscribedLocked() {
+		return
+	}
 	for i, node := range c.pubsubNodes() {
 		g := c.groupOn(i, node, key)
-		s := n.subs[g]
-		if s == nil {
-			continue
+		if s := n.subs[g]; s != nil && s.idle == nil {
+			s.idle = time.AfterFunc(subscriberLinger, func() { c.closeIdle(g, s) })
 		}
-		if g[len(g)-1] != '/' || !n.anySubscribedLocked() {
-			// Idle: keep the connection a little while, for the next waiter
-			// (a key that alternates between free and contended would
-			// otherwise dial a connection per hand-off).
-			if s.idle == nil {
-				s.idle = time.AfterFunc(subscriberLinger, func() { c.closeIdle(g, s) })
-			}
-			continue
-		}
-		// The shared connection stays open for the other keys.
-		ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
-		if s.sharded {
-			_ = s.ps.SUnsubscribe(ctx, c.channels(key)...)
-		} else {
-			_ = s.ps.Unsubscribe(ctx, c.channels(key)...)
-		}
-		cancel()
 	}
 }
 
@@ -469,6 +459,6 @@ func (c *Client) Close() error {
 	c.notify.closeAll()
 	c.sched.close()
 	c.calls.wait()
-	c.nodeCalls.Wait()
+	c.nodeCalls.close()
 	return nil
 }

@@ -54,74 +54,91 @@ type nodeResult struct {
 }
 
 // onNodes runs f on every node in parallel, each with its own timeout of
-// a tenth of ttl (at least 10ms), so that a dead node cannot hold the
-// others up, and returns their answers in node order. It blocks until all
-// have answered. (go-redis applies the timeout to dialing always, and to
-// reads only with ContextTimeoutEnabled.)
-func (c *Client) onNodes(ctx context.Context, ttl time.Duration, f func(ctx context.Context, r redis.UniversalClient) (int64, error)) []nodeResult {
-	res := make([]nodeResult, len(c.nodes))
-	var wg sync.WaitGroup
-	for i, node := range c.nodes {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, max(ttl/10, 10*time.Millisecond))
-			defer cancel()
-			res[i].n, res[i].err = f(ctx, node)
-		})
-	}
-	wg.Wait()
-	return res
-}
-
-// errNoAnswer is the result of a node that had not answered when
-// onNodesUntil returned.
-var errNoAnswer = errors.New("padlock: no answer yet")
-
-// onNodesUntil is onNodes that returns as soon as done, told each answer
-// as it comes, says so (or every node answered); the nodes that have not
-// answered then have errNoAnswer in the result, and are left to finish on
-// their own (each within its timeout): the later func hands each of their
-// answers, as it comes, to handle, on a goroutine of the Client's. It must
-// be called once.
-func (c *Client) onNodesUntil(ctx context.Context, ttl time.Duration, f func(ctx context.Context, r redis.UniversalClient) (int64, error), done func(nodeResult) bool) (res []nodeResult, later func(handle func(i int, r nodeResult))) {
+// a tenth of ttl (at least 10ms), and returns their answers in node
+// order. It returns as soon as done, told each answer as it comes, says
+// the outcome is decided (a quorum, or too many against one), after a
+// grace of nodeGrace for answers on their way: so a node that does not
+// answer holds up nobody. The nodes that have not answered then have
+// errNoAnswer, and finish on their own (Close waits for them). With a nil
+// done, or once the Client is closed, it waits for every node. (go-redis
+// applies the timeout to dialing always, and to reads only with
+// ContextTimeoutEnabled: without it, a node that stops answering costs
+// its ReadTimeout.)
+func (c *Client) onNodes(ctx context.Context, ttl time.Duration, f func(ctx context.Context, r redis.UniversalClient) (int64, error), done func(nodeResult) bool) []nodeResult {
 	type answer struct {
 		i int
 		r nodeResult
 	}
-	answers := make(chan answer, len(c.nodes))
+	answers := make(chan answer, len(c.nodes)) // room for every answer: no sender waits
+	tracked := c.nodeCalls.add(len(c.nodes))
 	for i, node := range c.nodes {
-		c.nodeCalls.Go(func() {
+		go func() {
+			if tracked {
+				defer c.nodeCalls.done()
+			}
 			ctx, cancel := context.WithTimeout(ctx, max(ttl/10, 10*time.Millisecond))
 			defer cancel()
 			var r nodeResult
 			r.n, r.err = f(ctx, node)
 			answers <- answer{i, r}
-		})
+		}()
 	}
-	res = make([]nodeResult, len(c.nodes))
+	res := make([]nodeResult, len(c.nodes))
 	for i := range res {
 		res[i].err = errNoAnswer
 	}
-	answered := 0
-	for answered < len(c.nodes) {
-		a := <-answers
-		answered++
-		res[a.i] = a.r
-		if done(a.r) {
-			break
-		}
-	}
-	left := len(c.nodes) - answered
-	return res, func(handle func(i int, r nodeResult)) {
-		if left == 0 {
-			return
-		}
-		c.nodeCalls.Go(func() {
-			for range left {
-				a := <-answers
-				handle(a.i, a.r)
+	var grace <-chan time.Time
+	for range c.nodes {
+		select {
+		case a := <-answers:
+			res[a.i] = a.r
+			if grace == nil && tracked && done != nil && done(a.r) {
+				grace = time.After(nodeGrace)
 			}
-		})
+			continue
+		case <-grace:
+		}
+		break
 	}
+	return res
+}
+
+// nodeGrace is how long onNodes waits, once the outcome is decided, for
+// the answers on their way.
+const nodeGrace = 5 * time.Millisecond
+
+// errNoAnswer is the result of a node that had not answered when onNodes
+// returned.
+var errNoAnswer = errors.New("padlock: no answer yet")
+
+// A tracker counts goroutines that Close waits for; none starts once it
+// is closed.
+type tracker struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// add counts n more goroutines, and reports false (counting none) once
+// closed.
+func (t *tracker) add(n int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Add(n)
+	return true
+}
+
+func (t *tracker) done() { t.wg.Done() }
+
+// close stops the counting and waits for the goroutines counted.
+func (t *tracker) close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.wg.Wait()
 }
 
 // checkRedlock refuses the options Redlock cannot honour.
@@ -141,8 +158,18 @@ func (c *Client) checkRedlock(o options) error {
 // at once, a quorum within the validity, or undo.
 func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	sent := time.Now()
+	won, lost := 0, 0
 	res := c.onNodes(ctx, l.ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return l.acquireOn(ctx, r)
+	}, func(r nodeResult) bool {
+		switch {
+		case r.err != nil:
+		case r.n >= 0:
+			won++
+		default:
+			lost++
+		}
+		return won >= c.quorum() || lost > len(c.nodes)-c.quorum()
 	})
 	took, pttl := 0, time.Duration(-1)
 	var errs []error
@@ -171,6 +198,10 @@ func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, er
 		return -1, fmt.Errorf("%w: %q: a quorum took %v, more than its ttl allows; released", ErrNotAcquired, l.key, time.Since(sent))
 	case held > len(c.nodes)-c.quorum():
 		return pttl, ErrNotAcquired // a majority is held elsewhere
+	case held > 0 && took+held >= c.quorum():
+		// A quorum answered, split between us and a holder (a release on
+		// its way, say): contention, not an outage. Look again soon.
+		return min(max(pttl, 0), l.ttl/10), ErrNotAcquired
 	}
 	return 0, fmt.Errorf("padlock: acquire %q: %d of %d nodes, quorum %d: %w", l.key, took, len(c.nodes), c.quorum(), errors.Join(errs...))
 }
@@ -179,7 +210,17 @@ func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, er
 // those that answered 0 (not ours), and joins the errors.
 func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, f func(ctx context.Context, r redis.UniversalClient) (int64, error)) (ours, notOurs int, err error) {
 	var errs []error
-	for _, r := range c.onNodes(ctx, ttl, f) {
+	yes, no := 0, 0
+	for _, r := range c.onNodes(ctx, ttl, f, func(r nodeResult) bool {
+		switch {
+		case r.err != nil:
+		case r.n > 0:
+			yes++
+		default:
+			no++
+		}
+		return yes >= c.quorum() || no > len(c.nodes)-c.quorum()
+	}) {
 		switch {
 		case r.err != nil:
 			errs = append(errs, r.err)
@@ -197,7 +238,7 @@ func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, f func(ctx
 func (l *Lock) redlockRelease(ctx context.Context) (int64, error) {
 	c := l.c
 	ours, notOurs, err := c.redlockCount(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		return l.releaseOn(ctx, r)
+		return l.releaseOn(ctx, r, false)
 	})
 	switch {
 	case ours >= c.quorum():
@@ -221,7 +262,7 @@ func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, erro
 	sent := time.Now()
 	script, keys, args := l.extendCall(ttl.Milliseconds())
 	ours, notOurs := 0, 0
-	res, later := c.onNodesUntil(ctx, ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+	res := c.onNodes(ctx, ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return script.Run(ctx, r, keys, args...).Int64()
 	}, func(r nodeResult) bool {
 		switch {
@@ -247,11 +288,6 @@ func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, erro
 			l.reestablish(i, r, deadline)
 		}
 	}
-	later(func(i int, r nodeResult) {
-		if ok {
-			l.reestablish(i, r, deadline)
-		}
-	})
 	switch {
 	case ok:
 		return true, nil
@@ -283,8 +319,18 @@ func (l *Lock) redlockTTL(ctx context.Context) (int64, error) {
 	script, keys, args := l.pttlCall()
 	var ttls []int64
 	var errs []error
+	holding, not := 0, 0
 	for _, r := range c.onNodes(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return script.Run(ctx, r, keys, args...).Int64()
+	}, func(r nodeResult) bool {
+		switch {
+		case r.err != nil:
+		case r.n >= 0:
+			holding++
+		default:
+			not++
+		}
+		return holding >= c.quorum() || not > len(c.nodes)-c.quorum()
 	}) {
 		switch {
 		case r.err != nil:

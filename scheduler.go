@@ -66,6 +66,7 @@ func (ls *lease) deadline() time.Time { return ls.sent.Add(ls.ttl - drift(ls.ttl
 type pendingRelease struct {
 	l        *Lock
 	deadline time.Time // the lock's local deadline: no retry after it
+	busy     bool      // being sent again now
 	retryAt  time.Time
 	attempt  int
 }
@@ -142,6 +143,9 @@ func (s *scheduler) retryRelease(l *Lock, deadline time.Time) {
 func (s *scheduler) dropRelease(l *Lock) {
 	s.mu.Lock()
 	delete(s.releases, l)
+	if s.kick != nil {
+		signal(s.kick) // it may have nothing left to do
+	}
 	s.mu.Unlock()
 }
 
@@ -226,6 +230,9 @@ func (s *scheduler) close() {
 	s.mu.Lock()
 	s.closed = true
 	s.releases = nil
+	if s.kick != nil {
+		signal(s.kick)
+	}
 	leases := make([]*lease, 0, len(s.leases))
 	for ls := range s.leases {
 		if ls.w != nil {
@@ -263,12 +270,13 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 		wake := now.Add(time.Hour)
 		for l, pr := range s.releases {
 			switch {
+			case pr.busy:
+				wake = earliest(wake, pr.deadline)
 			case !now.Before(pr.deadline):
 				delete(s.releases, l) // expired by itself: nothing to release
 				expired = append(expired, l)
-			case s.inflight != nil:
-				wake = earliest(wake, pr.deadline) // one batch at a time
 			case !now.Before(pr.retryAt):
+				pr.busy = true
 				retries = append(retries, pr)
 			default:
 				wake = earliest(wake, pr.retryAt)
@@ -298,10 +306,15 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 				causes[i] = fmt.Errorf("%w: %w", causes[i], ls.err)
 			}
 		}
-		if len(due) > 0 || len(retries) > 0 {
-			b := &batch{leases: due, releases: retries, done: make(chan struct{})}
+		if len(due) > 0 {
+			b := &batch{leases: due, done: make(chan struct{})}
 			s.inflight = b
 			go s.renew(b, finished)
+		}
+		if len(retries) > 0 {
+			// Beside the renewals: a retry may wait for a Redis that is
+			// still away.
+			s.soloWG.Go(func() { s.retryReleases(retries) })
 		}
 		s.mu.Unlock()
 
@@ -342,7 +355,6 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 // round trips.
 func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	defer func() { finished <- b }()
-	defer s.retryReleases(b.releases)
 	rdb := s.c.rdb
 	var deadline time.Time
 	locked := b.leases[:0:0]
@@ -389,6 +401,9 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 		s.solo = make(map[*lease]chan struct{})
 	}
 	for _, ls := range single {
+		if _, ok := s.leases[ls]; !ok {
+			continue // removed meanwhile (stop, Release): nothing renews it now
+		}
 		done := make(chan struct{})
 		s.solo[ls] = done
 		s.soloWG.Go(func() {
@@ -455,7 +470,7 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 func (s *scheduler) retryReleases(prs []*pendingRelease) {
 	for _, pr := range prs {
 		ctx, cancel := context.WithDeadline(context.Background(), earliest(pr.deadline, time.Now().Add(releaseTimeout)))
-		_, err := pr.l.release(ctx)
+		_, err := pr.l.release(ctx, true)
 		cancel()
 		switch {
 		case err == nil:
@@ -468,6 +483,10 @@ func (s *scheduler) retryReleases(prs []*pendingRelease) {
 		s.mu.Lock()
 		pr.attempt++
 		pr.retryAt = time.Now().Add(releaseBackoff(pr.attempt))
+		pr.busy = false
+		if s.kick != nil {
+			signal(s.kick)
+		}
 		s.mu.Unlock()
 	}
 }

@@ -254,7 +254,7 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 		code, _ = reply[0].(int64)
 	}
 	if len(reply) > 2 {
-		c.deliver(reply[2:], sent)
+		c.deliver(reply[2:], sent, false)
 	}
 	switch {
 	case code == codeLimit:
@@ -292,7 +292,7 @@ func (l *Lock) leave(ctx context.Context) {
 	sent := time.Now()
 	reply, err := leaveScript.Run(ctx, l.c.rdb, l.queueKeys(), l.ticket(), goneLife.Milliseconds()).Slice()
 	if err == nil && len(reply) > 1 {
-		l.c.deliver(reply[1:], sent)
+		l.c.deliver(reply[1:], sent, false)
 	}
 }
 
@@ -300,7 +300,7 @@ func (l *Lock) leave(ctx context.Context) {
 // Redis: it queues this Client's pending waiters for the key first, and
 // serves the queue (see lua/release.lua, lua/count_release.lua). It
 // returns like releaseOn.
-func (l *Lock) releaseQueued(ctx context.Context, r doer) (int64, error) {
+func (l *Lock) releaseQueued(ctx context.Context, r doer, bg bool) (int64, error) {
 	c := l.c
 	life := ticketLifeFor(l.ttl).Milliseconds()
 	regs, carried := c.takePending(l)
@@ -340,7 +340,7 @@ func (l *Lock) releaseQueued(ctx context.Context, r doer) (int64, error) {
 	} else {
 		c.carriedBack(carried, time.Time{})
 	}
-	c.deliver(grants, sent)
+	c.deliver(grants, sent, bg)
 	return ours, nil
 }
 
@@ -445,11 +445,11 @@ func (c *Client) stopPending(w *waiter) bool {
 // nowHolding records that l, a Lock that got its key by waiting, holds it:
 // waiters that come meanwhile are queued by its release.
 func (c *Client) nowHolding(l *Lock) {
+	if l.multi() != nil {
+		return // its release queues nobody (see takePending)
+	}
 	until := l.Deadline()
 	key := l.key
-	if m := l.multi(); m != nil {
-		key = m[0]
-	}
 	n := &c.notify
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -562,8 +562,10 @@ func (c *Client) retoken(l *Lock, w *waiter) {
 }
 
 // deliver hands the grants of a reply (token, fence pairs) to this
-// Client's waiters, counted from base, a moment before the grant.
-func (c *Client) deliver(grants []any, base time.Time) {
+// Client's waiters, counted from base, a moment before the grant; bg as
+// for Client.observe (the observer's HandOff, then the grant, run on the
+// Client's observer goroutine).
+func (c *Client) deliver(grants []any, base time.Time, bg bool) {
 	n := &c.notify
 	var handed []func()
 	n.mu.Lock()
@@ -576,7 +578,7 @@ func (c *Client) deliver(grants []any, base time.Time) {
 	}
 	n.mu.Unlock()
 	for _, f := range handed {
-		f()
+		c.observe(bg, f)
 	}
 }
 
@@ -605,7 +607,7 @@ func (n *notifier) grantLocked(tok string, g grant) func() {
 	}
 	delete(n.tokens, tok)
 	handOff := n.handOffLocked(w)
-	if q := n.queues[w.key]; q != nil && !g.base.IsZero() {
+	if q := n.queues[w.key]; q != nil && !g.base.IsZero() && w.lock.multi() == nil {
 		// It holds the key now: waiters that come meanwhile are queued by
 		// its release.
 		if q.holders == nil {

@@ -16,7 +16,7 @@ redis.call('HDEL', P .. 'fences', string.sub(ARGV[1], 1, 36))
 for i = 5, #ARGV, 2 do
   local ticket = P .. 't:' .. ARGV[i]
   if redis.call('SET', ticket, ARGV[i + 1], 'PX', ARGV[4], 'NX') then
-    redis.call('ZADD', Q, 'NX', t + i / 1000, ticket) -- in the order given
+    redis.call('ZADD', Q, 'NX', arrival(t), ticket) -- in the order given
   end
 end
 if ARGV[5] then redis.call('PEXPIRE', Q, QUEUE_LIFE) end

@@ -34,6 +34,18 @@ end
 
 local function prefix(Q) return string.sub(Q, 1, -6) end
 
+-- arrival is the score of a ticket that arrives at t in the queues at
+-- KEYS[2], KEYS[4], ...: after every ticket in them, even within a ms
+-- (the queues' order is the order of arrival, the same in every queue).
+local function arrival(t)
+  local s = t
+  for i = 2, #KEYS, 2 do
+    local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')[2]
+    if last then s = math.max(s, tonumber(last) + 0.001) end
+  end
+  return s
+end
+
 -- parse reads a ticket: the line "kind ttl fenced client limit toklen
 -- n len1 .. lenn", then the token, n strings of those lengths (for a
 -- multi-key lock, each key and its queue) and the value. kind is 'x'

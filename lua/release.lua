@@ -37,7 +37,7 @@ local P = prefix(KEYS[2])
 for i = 4, #ARGV, 2 do
   local ticket = P .. 't:' .. ARGV[i]
   if redis.call('SET', ticket, ARGV[i + 1], 'PX', ARGV[3], 'NX') then
-    redis.call('ZADD', KEYS[2], 'NX', t + i / 1000, ticket) -- in the order given
+    redis.call('ZADD', KEYS[2], 'NX', arrival(t), ticket) -- in the order given
   end
 end
 if ARGV[4] then redis.call('PEXPIRE', KEYS[2], QUEUE_LIFE) end

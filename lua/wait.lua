@@ -108,7 +108,10 @@ if ms < 0 then
   if head and head ~= ticket then ms = math.max(redis.call('PTTL', head), 0) end
 end
 if life > 0 then
-  for i = 2, #KEYS, 2 do redis.call('ZADD', KEYS[i], 'NX', t, ticket) end -- again, if a queue lost it
+  if not tk or not redis.call('ZSCORE', Q, ticket) then -- new, or lost by a queue: at the tail
+    local s = arrival(t)
+    for i = 2, #KEYS, 2 do redis.call('ZADD', KEYS[i], 'NX', s, ticket) end
+  end
   if tk then
     redis.call('PEXPIRE', ticket, life)
   else
