@@ -75,12 +75,10 @@ type pendingRelease struct {
 // 50ms doubling up to a second, jittered.
 var releaseBackoff = ExponentialBackoff(50*time.Millisecond, time.Second)
 
-// A batch is one pipeline of renewals in flight, and the releases retried
-// after it.
+// A batch is one pipeline of renewals in flight.
 type batch struct {
-	leases   []*lease
-	releases []*pendingRelease
-	done     chan struct{}
+	leases []*lease
+	done   chan struct{}
 }
 
 // waitFor is a channel to wait on; nil means nothing to wait for.
