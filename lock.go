@@ -606,8 +606,9 @@ func (l *Lock) notHeld() error {
 // is restarting), Release returns that error wrapped, and the Client keeps
 // sending the same compare-and-delete in the background, with backoff,
 // until one lands or the lock's local deadline passes, so the lock does
-// not stay held until its ttl runs out. Those retries run on the Client's
-// one scheduler goroutine, not a goroutine each; Close abandons them.
+// not stay held until its ttl runs out. Those retries are sent together,
+// one at a time, by the Client's background work beside its renewals, not
+// by a goroutine each; Close abandons them.
 // Release may also be called again.
 func (l *Lock) Release(ctx context.Context) error {
 	if err := l.usable(ctx); err != nil {
