@@ -373,7 +373,9 @@ func TestCheckCleansUpAFailedCycle(t *testing.T) {
 // Bad input is ErrInvalid and touches nothing; a server that cannot be
 // reached is an error (not a finding).
 func TestCheckErrors(t *testing.T) {
-	c := padlock.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}))
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	c := padlock.New(rdb)
 	defer c.Close()
 	_, err := c.Check(t.Context(), "")
 	require.ErrorIs(t, err, padlock.ErrInvalid)
@@ -440,7 +442,9 @@ func TestCheckMoreFindings(t *testing.T) {
 	})
 	t.Run("the key pattern", func(t *testing.T) {
 		require.NoError(t, srv.Client().Do(ctx, "ACL", "SETUSER", "other", "on", ">pw", "~other:*", "&*", "+@all").Err())
-		c := padlock.New(redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "other", Password: "pw"}))
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "other", Password: "pw"})
+		defer rdb.Close()
+		c := padlock.New(rdb)
 		defer c.Close()
 		r, err := c.Check(ctx, "lock:doctor")
 		require.NoError(t, err)
@@ -602,7 +606,9 @@ func TestCheckContextAndCredentials(t *testing.T) {
 	noKeysLeft(t, srv.Client())
 
 	require.NoError(t, srv.Client().Do(t.Context(), "ACL", "SETUSER", "u", "on", ">right", "~*", "&*", "+@all").Err())
-	wrong := padlock.New(redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "u", Password: "wrong"}))
+	wrongRDB := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "u", Password: "wrong"})
+	defer wrongRDB.Close()
+	wrong := padlock.New(wrongRDB)
 	defer wrong.Close()
 	_, err = wrong.Check(t.Context(), "lock:doctor")
 	require.Error(t, err)
