@@ -133,32 +133,8 @@ func TestClusterSlotMovesWhileHeld(t *testing.T) {
 	kctx, stop := l.KeepAlive(ctx)
 	defer stop()
 
-	slot := int(cc.ClusterKeySlot(ctx, key).Val())
-	src, err := cc.MasterForKey(ctx, key)
-	require.NoError(t, err)
-	var from, to *redistest.Server
-	for _, n := range nodes {
-		if n.Addr() == src.Options().Addr {
-			from = n
-		} else if to == nil {
-			to = n
-		}
-	}
-	fromC, toC := from.Client(), to.Client()
-	fromID, toID := fromC.Do(ctx, "CLUSTER", "MYID").Val().(string), toC.Do(ctx, "CLUSTER", "MYID").Val().(string)
-	require.NoError(t, toC.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
-	require.NoError(t, fromC.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
-	keys, err := fromC.ClusterGetKeysInSlot(ctx, slot, 100).Result()
-	require.NoError(t, err)
+	to, keys := moveSlot(t, nodes, cc, key)
 	require.Len(t, keys, 2, "the lock and its fence counter share the slot")
-	args := []any{"MIGRATE", "127.0.0.1", to.Port(), "", 0, 5000, "KEYS"}
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	require.NoError(t, fromC.Do(ctx, args...).Err())
-	for _, n := range nodes {
-		require.NoError(t, n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
-	}
 
 	time.Sleep(2 * time.Second) // two ttls: only renewals on the new master keep it
 	require.NoError(t, kctx.Err(), "the lease survived the move: %v", context.Cause(kctx))
@@ -225,16 +201,36 @@ func TestClusterWaitersShareOneConnection(t *testing.T) {
 	assert.Positive(t, total)
 
 	// Move the slot of one waited key to another master.
-	key := held[0].Key()
+	moveSlot(t, nodes, cc, held[0].Key())
+	released := time.Now()
+	require.NoError(t, held[0].Release(ctx), "released on the new owner")
+	require.NoError(t, <-got)
+	t.Logf("the waiter of the moved key held %v after the release", time.Since(released).Round(time.Millisecond))
+	assert.Less(t, time.Since(released), 2*time.Second, "told by the release, not found at a renewal (every 2.5s)")
+
+	for _, l := range held[1:] {
+		require.NoError(t, l.Release(ctx))
+	}
+	for range n - 1 {
+		require.NoError(t, <-got)
+	}
+}
+
+// moveSlot moves the slot of key, with every key in it, from its master to
+// another one, as a resharding does. It returns the new owner and the keys
+// moved.
+func moveSlot(t *testing.T, nodes []*redistest.Server, cc *redis.ClusterClient, key string) (*redistest.Server, []string) {
+	t.Helper()
+	ctx := t.Context()
 	slot := int(cc.ClusterKeySlot(ctx, key).Val())
 	src, err := cc.MasterForKey(ctx, key)
 	require.NoError(t, err)
 	var from, to *redistest.Server
-	for _, s := range nodes {
-		if s.Addr() == src.Options().Addr {
-			from = s
+	for _, n := range nodes {
+		if n.Addr() == src.Options().Addr {
+			from = n
 		} else if to == nil {
-			to = s
+			to = n
 		}
 	}
 	fromC, toC := from.Client(), to.Client()
@@ -248,19 +244,8 @@ func TestClusterWaitersShareOneConnection(t *testing.T) {
 		args = append(args, k)
 	}
 	require.NoError(t, fromC.Do(ctx, args...).Err())
-	for _, s := range nodes {
-		require.NoError(t, s.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	for _, n := range nodes {
+		require.NoError(t, n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
 	}
-	released := time.Now()
-	require.NoError(t, held[0].Release(ctx), "released on the new owner")
-	require.NoError(t, <-got)
-	t.Logf("the waiter of the moved key held %v after the release", time.Since(released).Round(time.Millisecond))
-	assert.Less(t, time.Since(released), 2*time.Second, "told by the release, not found at a renewal (every 2.5s)")
-
-	for _, l := range held[1:] {
-		require.NoError(t, l.Release(ctx))
-	}
-	for range n - 1 {
-		require.NoError(t, <-got)
-	}
+	return to, keys
 }
