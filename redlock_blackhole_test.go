@@ -4,13 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
-	"github.com/padlock-go/padlock/internal/faultproxy"
-	"github.com/padlock-go/padlock/internal/redistest"
 )
 
 // One blackholed node of five holds up no Redlock call: a 2s lock is
@@ -18,21 +15,8 @@ import (
 // for the blackholed node: go-redis's ReadTimeout, 3s).
 func TestRedlockCallsDoNotWaitForABlackholedNode(t *testing.T) {
 	t.Parallel()
-	var clients []redis.UniversalClient
-	var bh *faultproxy.Proxy
-	for i := range 5 {
-		s := redistest.Start(t)
-		addr := s.Addr()
-		if i == 0 {
-			p, err := faultproxy.Start(s.Addr())
-			require.NoError(t, err)
-			t.Cleanup(p.Close)
-			bh, addr = p, p.Addr()
-		}
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() { _ = rdb.Close() })
-		clients = append(clients, rdb)
-	}
+	clients, _, proxies := proxiedNodes(t, 5, 1)
+	bh := proxies[0]
 	c := padlock.NewRedlock(clients)
 	ctx := t.Context()
 	require.NoError(t, clients[0].Ping(ctx).Err())

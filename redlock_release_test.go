@@ -4,12 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
-	"github.com/padlock-go/padlock/internal/faultproxy"
-	"github.com/padlock-go/padlock/internal/redistest"
 )
 
 // A late answer of a slow node to the last extend does not set a Redlock
@@ -17,23 +14,8 @@ import (
 // released.
 func TestRedlockReleaseIsNotUndoneByASlowNode(t *testing.T) {
 	t.Parallel()
-	var raws []*redis.Client
-	var clients []redis.UniversalClient
-	var slow *faultproxy.Proxy
-	for i := range 5 {
-		s := redistest.Start(t)
-		raws = append(raws, s.Client())
-		addr := s.Addr()
-		if i == 0 {
-			p, err := faultproxy.Start(s.Addr())
-			require.NoError(t, err)
-			t.Cleanup(p.Close)
-			slow, addr = p, p.Addr()
-		}
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() { _ = rdb.Close() })
-		clients = append(clients, rdb)
-	}
+	clients, raws, proxies := proxiedNodes(t, 5, 1)
+	slow := proxies[0]
 	c := padlock.NewRedlock(clients)
 	defer c.Close()
 	ctx := t.Context()

@@ -150,18 +150,7 @@ func TestRedlockWaitersAreWokenAndFencingIsRefused(t *testing.T) {
 // ends with ErrLost by its local deadline.
 func TestRedlockRenewalsDoNotWaitForASlowNode(t *testing.T) {
 	t.Parallel()
-	var proxies []*faultproxy.Proxy
-	var clients []redis.UniversalClient
-	for range 5 {
-		s := redistest.Start(t)
-		p, err := faultproxy.Start(s.Addr())
-		require.NoError(t, err)
-		t.Cleanup(p.Close)
-		proxies = append(proxies, p)
-		rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
-		t.Cleanup(func() { _ = rdb.Close() })
-		clients = append(clients, rdb)
-	}
+	clients, _, proxies := proxiedNodes(t, 5, 5)
 	c := padlock.NewRedlock(clients)
 	ctx := t.Context()
 	const ttl = 3 * time.Second
@@ -245,4 +234,26 @@ func startRedlockOver(t *testing.T, e *redlockEnv) *padlock.Client {
 	c := padlock.NewRedlock(clients)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// proxiedNodes starts n redis-servers for a Redlock, the first proxied of
+// them behind a fault proxy each, and returns go-redis clients for them
+// (through the proxies), clients straight to the servers, and the proxies.
+func proxiedNodes(t *testing.T, n, proxied int) (clients []redis.UniversalClient, raws []*redis.Client, proxies []*faultproxy.Proxy) {
+	t.Helper()
+	for i := range n {
+		s := redistest.Start(t)
+		raws = append(raws, s.Client())
+		addr := s.Addr()
+		if i < proxied {
+			p, err := faultproxy.Start(s.Addr())
+			require.NoError(t, err)
+			t.Cleanup(p.Close)
+			proxies, addr = append(proxies, p), p.Addr()
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = rdb.Close() })
+		clients = append(clients, rdb)
+	}
+	return clients, raws, proxies
 }
