@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -168,4 +170,26 @@ func waitDone(t testing.TB, ctx context.Context, limit time.Duration) {
 	case <-time.After(limit):
 		t.Fatalf("context not done after %v", limit)
 	}
+}
+
+// padlockGoroutines counts the goroutines that run padlock's code or that
+// padlock started: go-redis starts goroutines of its own (dials, pool
+// maintenance), which a count of padlock's cost must leave out.
+func padlockGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "github.com/padlock-go/padlock.") {
+			count++
+		}
+	}
+	return count
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -380,7 +379,7 @@ func TestManyLeasesShareRoundTrips(t *testing.T) {
 	e := newReal(t, nil)
 	const n, ttl = 300, 600 * time.Millisecond
 	require.NoError(t, e.rdb.Ping(e.ctx).Err())
-	before := runtime.NumGoroutine()
+	before := padlockGoroutines()
 	locks := make([]*padlock.Lock, n)
 	stops := make([]context.CancelFunc, n)
 	ctxs := make([]context.Context, n)
@@ -393,7 +392,7 @@ func TestManyLeasesShareRoundTrips(t *testing.T) {
 			time.Sleep(20 * time.Millisecond) // spread the due times
 		}
 	}
-	assert.LessOrEqual(t, runtime.NumGoroutine()-before, 4, "goroutines for %d leases", n)
+	assert.LessOrEqual(t, padlockGoroutines()-before, 4, "goroutines for %d leases", n)
 	e.n.reset()
 	time.Sleep(2 * time.Second) // over three ttls
 	trips, cmds := e.n.reset()
