@@ -72,7 +72,7 @@ func childDuration(name string) time.Duration {
 // holderChild takes a fenced lock (a place of a semaphore of 1 with
 // KIND=semaphore, a shared hold with KIND=shared), keeps it alive, says "lost CAUSE" when
 // the lease ends, and answers commands on stdin: "write" (a fenced write of
-// the register), "extend", "release".
+// the register), "extend", "release", "token" (says "token T").
 func holderChild(c *padlock.Client, rdb *redis.Client) error {
 	ctx := context.Background()
 	key, reg := childEnv("KEY"), childEnv("REG")
@@ -107,6 +107,8 @@ func holderChild(c *padlock.Client, rdb *redis.Client) error {
 			say("extend %v", errName(l.Extend(ctx, time.Minute)))
 		case "release":
 			say("release %v", errName(l.Release(ctx)))
+		case "token":
+			say("token %s", l.Token())
 		}
 	}
 	return nil

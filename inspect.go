@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,8 +30,8 @@ type LockInfo struct {
 // that is not held is not an error: Held is false.
 //
 // It returns ErrInvalid for bad input and a wrapped Redis error if Redis
-// cannot answer. A key holding a value that padlock did not write reports
-// the whole value as Token.
+// cannot answer. A key holding a value that padlock did not write is read
+// as padlock's are: Token up to its first space, Metadata after it.
 func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	if _, err := c.check(ctx, key, time.Millisecond); err != nil {
 		return LockInfo{Key: key}, err
@@ -40,15 +41,25 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 
 // inspectOn is Inspect on the server r.
 func inspectOn(ctx context.Context, r redis.UniversalClient, key string) (LockInfo, error) {
-	info := LockInfo{Key: key}
+	reply, err := inspectScript.Run(ctx, r, inspectKeys(key)).Slice()
+	if err != nil {
+		return LockInfo{Key: key}, opError("inspect", key, err)
+	}
+	return readInspect(key, reply)
+}
+
+// inspectKeys are inspect.lua's keys for key.
+func inspectKeys(key string) []string {
 	keys := []string{key}
 	if queueable(key) {
 		keys = append(keys, sideKey(key, "fence"), sideKey(key, "shared"), sideKey(key, "queue"), sideKey(key, "fences"))
 	}
-	reply, err := inspectScript.Run(ctx, r, keys).Slice()
-	if err != nil {
-		return info, opError("inspect", key, err)
-	}
+	return keys
+}
+
+// readInspect reads inspect.lua's reply for key.
+func readInspect(key string, reply []any) (LockInfo, error) {
+	info := LockInfo{Key: key}
 	if len(reply) != 7 {
 		return info, fmt.Errorf("padlock: inspect %q: unexpected reply %v", key, reply)
 	}
@@ -81,16 +92,9 @@ func inspectOn(ctx context.Context, r redis.UniversalClient, key string) (LockIn
 	return info, nil
 }
 
-// tokenLen is the length of a token: a UUID in its 36-character form.
-const tokenLen = 36
-
-// splitValue splits a lock's value into its token and metadata.
+// splitValue splits a lock's value into its token and metadata: a token
+// has no space (see WithToken), and the metadata follows the first one.
 func splitValue(v string) (token, metadata string) {
-	switch {
-	case len(v) == tokenLen:
-		return v, ""
-	case len(v) > tokenLen && v[tokenLen] == ' ':
-		return v[:tokenLen], v[tokenLen+1:]
-	}
-	return v, ""
+	token, metadata, _ = strings.Cut(v, " ")
+	return token, metadata
 }

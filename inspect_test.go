@@ -42,7 +42,8 @@ func TestInspect(t *testing.T) {
 		info, err = e.c.Inspect(e.ctx, e.key)
 		require.NoError(t, err)
 		assert.True(t, info.Held)
-		assert.Equal(t, "by hand", info.Token)
+		assert.Equal(t, "by", info.Token, "a value is read as a token, a space and metadata")
+		assert.Equal(t, "hand", info.Metadata)
 		assert.Negative(t, info.TTL)
 
 		_, err = e.c.Inspect(e.ctx, "")

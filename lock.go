@@ -227,6 +227,16 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		}
 	}
 	l.value = newToken()
+	if o.tokenSet {
+		if err := checkToken(o.token); err != nil {
+			return nil, o, err
+		}
+		l.value = o.token
+		if l.x == nil {
+			l.x = &lockExtra{}
+		}
+		l.x.chosen = true
+	}
 	if o.metadata != "" {
 		l.value += " " + o.metadata
 	}
@@ -436,7 +446,11 @@ type lockExtra struct {
 	obs            *Observer     // WithObserver: told what the lock does
 	acquiredAt     time.Time     // with obs: when the acquire succeeded; under mu
 	holdEnded      bool          // with obs: HoldEnd was called; under mu
+	chosen         bool          // WithToken: its token is the caller's, and never changes
 }
+
+// chosenToken reports whether l's token was chosen with WithToken.
+func (l *Lock) chosenToken() bool { return l.x != nil && l.x.chosen }
 
 // multi returns the keys of a multi-key lock, or nil.
 func (l *Lock) multi() []string {
@@ -499,9 +513,10 @@ func (l *Lock) Key() string {
 	return l.key
 }
 
-// Token returns the lock's random token: 128 bits from crypto/rand, as a
-// UUIDv4 string. Only the holder of the token can release or extend the
-// lock.
+// Token returns the lock's token: the one chosen with WithToken, or else
+// a random one, 122 bits from crypto/rand as a UUIDv4 string. Only the
+// holder of the token can release or extend the lock; Client.Resume picks
+// the lock up by its token in another Client or process.
 func (l *Lock) Token() string {
 	if l == nil {
 		return ""
@@ -509,12 +524,10 @@ func (l *Lock) Token() string {
 	return l.tok()
 }
 
-// tok is the token: the value's first tokenLen bytes.
+// tok is the token: the value up to its first space.
 func (l *Lock) tok() string {
-	if len(l.value) < tokenLen {
-		return ""
-	}
-	return l.value[:tokenLen]
+	tok, _ := splitValue(l.value)
+	return tok
 }
 
 // Metadata returns the string stored with the lock by WithMetadata, or "".
@@ -522,10 +535,8 @@ func (l *Lock) Metadata() string {
 	if l == nil {
 		return ""
 	}
-	if len(l.value) <= tokenLen {
-		return ""
-	}
-	return l.value[tokenLen+1:]
+	_, meta := splitValue(l.value)
+	return meta
 }
 
 // Fence returns the lock's fencing token: with WithFencing, a number > 0

@@ -1,6 +1,10 @@
 package padlock
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // An Option configures a Client (passed to New, it sets the default for
 // every call) or a single call (passed to TryAcquire, Acquire, TryDo or Do,
@@ -22,6 +26,8 @@ type options struct {
 	limit          int       // WithLimit
 	limitSet       bool      // WithLimit was given
 	shared         bool      // WithShared
+	token          string    // WithToken
+	tokenSet       bool      // WithToken was given: else the token is random
 }
 
 func defaultOptions() options {
@@ -53,6 +59,46 @@ func (f optionFunc) apply(o *options) { f(o) }
 // key; acquiring it with fencing fails with ErrInvalid.
 func WithFencing() Option {
 	return optionFunc(func(o *options) { o.fencing = true })
+}
+
+// WithToken makes an acquire use token, which the caller chooses (a job
+// id, a deployment id), instead of a random one, so that another process
+// that knows it can pick the lock up (see Client.Resume), and a process
+// that restarts can take its own lock again: when token already holds the
+// key, TryAcquire and Acquire succeed at once, set the ttl anew and store
+// the metadata of this call; a fenced lock keeps its fence. A Lock that
+// holds the key with other metadata then no longer holds it (Release and
+// Extend compare the whole value); use the same metadata, or none.
+//
+// A chosen token must be unique to its holder: two processes that acquire
+// with the same token share one lock, each believing it holds it alone.
+// Tokens are compared exactly. A token must be 1 to 1024 bytes long, must
+// not contain a space, tab, newline or other ASCII white space (the value
+// in Redis is the token, a space and the metadata), and must not be
+// "padlock:shared" (the marker of a shared hold); any other token is
+// ErrInvalid. One Acquire at a time may wait with a given token in a
+// Client: a second one that would wait beside it is ErrInvalid.
+func WithToken(token string) Option {
+	return optionFunc(func(o *options) { o.token, o.tokenSet = token, true })
+}
+
+// maxTokenLen is the longest token WithToken accepts, in bytes.
+const maxTokenLen = 1024
+
+// checkToken reports why a token chosen with WithToken cannot be used, or
+// nil.
+func checkToken(token string) error {
+	switch {
+	case token == "":
+		return fmt.Errorf("%w: empty token", ErrInvalid)
+	case len(token) > maxTokenLen:
+		return fmt.Errorf("%w: token of %d bytes, over the %d-byte limit", ErrInvalid, len(token), maxTokenLen)
+	case strings.ContainsAny(token, " \t\n\v\f\r"):
+		return fmt.Errorf("%w: token %q contains white space", ErrInvalid, token)
+	case token == sharedMarker:
+		return fmt.Errorf("%w: token %q is reserved", ErrInvalid, token)
+	}
+	return nil
 }
 
 // WithoutFencing turns fencing off for one call on a Client created with

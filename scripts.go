@@ -28,6 +28,8 @@ var (
 	countReleaseScript = grantScript("count_release")
 	countExtendScript  = grantScript("count_extend")
 	countPTTLScript    = script("count_pttl")
+	resumeScript       = grantScript("resume")
+	breakScript        = grantScript("break")
 )
 
 //go:embed lua/*.lua
@@ -52,6 +54,8 @@ func grantScript(name string) luaScript {
 		panic("lua/" + name + ".lua has no --@grant line") // embedded at build time: a test runs it
 	}
 	src := before + fmt.Sprintf("local QUEUE_LIFE = %d\n", queueLife.Milliseconds()) + source("grant") + after
+	// A script may also read a key as inspect.lua does, as a function.
+	src = strings.Replace(src, "--@inspect\n", "local function inspect()\n"+source("inspect")+"end\n", 1)
 	return luaScript{redis.NewScript(src), src}
 }
 

@@ -363,6 +363,12 @@ func (c *Client) addWaiter(l *Lock) (*waiter, error) {
 	n := &c.notify
 	defer n.mu.Unlock()
 	w.token, w.ticket = l.tok(), l.ticket()
+	if n.tokens[w.token] != nil { // only with WithToken
+		if len(q.waiters) == 0 && len(q.holders) == 0 {
+			delete(n.queues, w.key) // made by queueFor for this call
+		}
+		return nil, fmt.Errorf("%w: another Acquire with token %q waits in this Client", ErrInvalid, w.token)
+	}
 	q.waiters = append(q.waiters, w)
 	if n.tokens == nil {
 		n.tokens = make(map[string]*waiter)
@@ -370,7 +376,8 @@ func (c *Client) addWaiter(l *Lock) (*waiter, error) {
 	n.tokens[w.token] = w
 	if l.multi() == nil {
 		for h, until := range q.holders {
-			if time.Now().Before(until) && sameLimit(h, l) {
+			// Not behind a holder of its own token: that one is itself.
+			if time.Now().Before(until) && sameLimit(h, l) && h.tok() != w.token {
 				w.pending, w.holdUntil = true, latest(w.holdUntil, until)
 			}
 		}
@@ -552,9 +559,10 @@ func (c *Client) retoken(l *Lock, w *waiter) {
 	if ls != nil {
 		c.sched.remove(ls)
 	}
-	meta := l.value[tokenLen:]
-	l.value = newToken() + meta
-	l.args[0] = l.value
+	if !l.chosenToken() { // a chosen token stays: a late grant to it is ours anyway
+		l.value = newToken() + l.value[len(l.tok()):]
+		l.args[0] = l.value
+	}
 	n.mu.Lock()
 	w.token, w.ticket = l.tok(), l.ticket()
 	n.tokens[w.token] = w

@@ -1,6 +1,7 @@
 -- acquire.lua: take the lock KEYS[1] for the value ARGV[1] (token, and
 -- metadata) for ARGV[2] milliseconds. KEYS[3], when present, is the key's
--- fencing counter (KEYS[2], its queue, is unused here).
+-- fencing counter (KEYS[2], its queue, is unused here). The token is the
+-- value up to its first space; the same token is the same holder.
 --
 -- Returns, as one integer:
 --   >= 0       the lock is ours; the number is the fence (0 without KEYS[3]);
@@ -23,10 +24,11 @@ if v == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return fence
 end
-if v == ARGV[1] then
-  -- Our own attempt again (a retry after a lost reply): it succeeded the
-  -- first time, so succeed again with the fence it was given.
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if v == ARGV[1] or string.match(v, '^%S+') == string.match(ARGV[1], '^%S+') then
+  -- Our own token: a retry after a lost reply, or a token chosen with
+  -- WithToken that holds the key. Succeed again, with the same fence and
+  -- this call's value and ttl.
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if KEYS[3] then return tonumber(redis.call('GET', KEYS[3]) or '0') end
   return 0
 end

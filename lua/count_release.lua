@@ -12,7 +12,7 @@ local t = now()
 expire(K, P, kind, t)
 local H = holders(K, P, kind)
 if redis.call('ZREM', H, ARGV[1]) == 0 then return {0} end
-redis.call('HDEL', P .. 'fences', string.sub(ARGV[1], 1, 36))
+redis.call('HDEL', P .. 'fences', string.match(ARGV[1], '^%S+'))
 for i = 5, #ARGV, 2 do
   local ticket = P .. 't:' .. ARGV[i]
   if redis.call('SET', ticket, ARGV[i + 1], 'PX', ARGV[4], 'NX') then

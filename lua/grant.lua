@@ -87,8 +87,17 @@ local function expire(K, P, kind, t)
   local gone = redis.call('ZRANGEBYSCORE', H, '-inf', t)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', H, '-inf', t)
-    for _, v in ipairs(gone) do redis.call('HDEL', P .. 'fences', string.sub(v, 1, 36)) end
+    for _, v in ipairs(gone) do redis.call('HDEL', P .. 'fences', string.match(v, '^%S+')) end
   end
+end
+
+-- member is the value with which token holds a place in the holders H of
+-- a shared or semaphore key (unexpired at t), or nil.
+local function member(H, token, t)
+  for _, v in ipairs(redis.call('ZRANGEBYSCORE', H, '(' .. t, '+inf')) do
+    if string.match(v, '^%S+') == token then return v end
+  end
+  return nil
 end
 
 -- settle makes a shared or semaphore key's keys expire with its last

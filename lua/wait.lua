@@ -23,18 +23,22 @@ local t = now()
 
 -- held returns the caller's fence if it holds the lock now (renewing it
 -- for its ttl), else nil.
+-- The same token is the same holder (see WithToken): its value is set
+-- anew, with this call's metadata.
 local function held()
   if w.k == 'x' or w.k == 'm' then
     for i = 1, #KEYS, 2 do
-      if redis.call('GET', KEYS[i]) ~= w.v then return nil end
+      local v = redis.call('GET', KEYS[i])
+      if not v or string.match(v, '^%S+') ~= w.tok then return nil end
     end
-    for i = 1, #KEYS, 2 do redis.call('PEXPIRE', KEYS[i], string.format('%d', w.ttl)) end
+    for i = 1, #KEYS, 2 do redis.call('SET', KEYS[i], w.v, 'PX', string.format('%d', w.ttl)) end
     if w.f == 1 then return tonumber(redis.call('GET', P .. 'fence') or '0') end
     return 0
   end
   local H = holders(K, P, w.k)
-  local exp = redis.call('ZSCORE', H, w.v)
-  if not exp or tonumber(exp) <= t then return nil end
+  local v = member(H, w.tok, t)
+  if not v then return nil end
+  if v ~= w.v then redis.call('ZREM', H, v) end
   redis.call('ZADD', H, t + w.ttl, w.v)
   settle(K, P, w.k, t)
   return tonumber(redis.call('HGET', P .. 'fences', w.tok) or '0')

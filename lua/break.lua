@@ -1,0 +1,25 @@
+-- break.lua: end whatever holds the key KEYS[1], for Client.Break. KEYS
+-- as inspect.lua's (the key, its fencing counter, shared holders, queue
+-- and holders' fences); ARGV[1] the calling client.
+--
+-- If the key is held (a lock, or holders of a semaphore or shared hold),
+-- it advances the fencing counter, if there is one, deletes the holders
+-- and serves the queue. Returns {what inspect.lua would have returned just
+-- before, grants...}, grants as in wait.lua (the caller's waiters).
+--@grant
+--@inspect
+local before = inspect()
+local kind = before[7]
+if kind ~= 'string' and kind ~= 'zset' then return {before} end
+if kind == 'zset' and #before[4] == 0 then return {before} end -- no holder left
+local K, F, Q = KEYS[1], KEYS[2], KEYS[4]
+if F and redis.call('EXISTS', F) == 1 then redis.call('INCR', F) end
+redis.call('DEL', K)
+if KEYS[3] then redis.call('DEL', KEYS[3], KEYS[5]) end
+local out = {before}
+if Q then
+  local t = now()
+  grant(K, Q, t, ARGV[1], out)
+  tellHead(K, Q, t, ARGV[1], out)
+end
+return out

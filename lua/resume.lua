@@ -1,0 +1,33 @@
+-- resume.lua: what the token ARGV[1] holds of the key KEYS[1] now, for
+-- Client.Resume. KEYS[2] its queue (for the prefix of its side keys),
+-- absent for a key that can have no side keys.
+--
+-- Returns {kind, value, ms, fence, limit}: kind 'x' a lock, 's' a shared
+-- hold, 'n' a place of a semaphore of limit places; value what the key
+-- (or the holders) hold for the token; ms the time it has left; fence the
+-- holder's fence (for a lock, the key's counter), false if none. {} when
+-- the token holds nothing of the key.
+--@grant
+local K, tok = KEYS[1], ARGV[1]
+local kind = redis.call('TYPE', K)['ok']
+if kind == 'string' then
+  local v = redis.call('GET', K)
+  if v ~= MARKER then
+    if string.match(v, '^%S+') ~= tok then return {} end
+    local fence = false
+    if KEYS[2] then fence = redis.call('GET', prefix(KEYS[2]) .. 'fence') end
+    return {'x', v, redis.call('PTTL', K), fence, 0}
+  end
+elseif kind ~= 'zset' then
+  return {}
+end
+if not KEYS[2] then return {} end
+local P, t = prefix(KEYS[2]), now()
+local k = 'n'
+if kind == 'string' then k = 's' end
+local H = holders(K, P, k)
+local v = member(H, tok, t)
+if not v then return {} end
+local limit = 0
+if k == 'n' then limit = tonumber(redis.call('GET', P .. 'limit') or '0') end
+return {k, v, tonumber(redis.call('ZSCORE', H, v)) - t, redis.call('HGET', P .. 'fences', tok), limit}

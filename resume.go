@@ -1,0 +1,130 @@
+package padlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Resume returns the Lock that token holds on key now, read from Redis in
+// one round trip: a lock, a place of a semaphore (WithLimit) or a shared
+// hold (WithShared), whichever token holds; Redis says which. It is for a
+// process other than the one that took the lock (a worker that releases
+// what an API call took, the last job of a pipeline, a process that
+// restarted), and blocks until Redis answers.
+//
+// Release, Extend, TTL, KeepAlive, Deadline, Fence and Metadata work on the
+// returned Lock as on the original. Its ttl is what Redis says is left of
+// the lock, and its Deadline counts that from when Resume's round trip was
+// sent; KeepAlive renews it for that ttl, and for the ttl of the last
+// Extend after one. A semaphore place or shared hold taken with
+// WithFencing resumes with its fence; a lock resumes with the key's
+// fencing counter, which is its fence, only when opts has WithFencing (a
+// lock taken without it has no fence of its own). The other options that
+// apply are WithReplicas and WithObserver (its acquire callbacks are not
+// called). Each key of a lock taken with TryAcquireMany resumes as a lock
+// of that key alone.
+//
+// It returns an error matching ErrNotHeld if token does not hold key (it
+// expired, was released, or another token holds it), ErrInvalid for an
+// empty key or token (or one WithToken would refuse), ErrUnsupported on a
+// Redlock Client, and a wrapped Redis error if Redis cannot answer. It
+// changes nothing in Redis.
+func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) (*Lock, error) {
+	if _, err := c.check(ctx, key, time.Millisecond); err != nil {
+		return nil, err
+	}
+	if err := checkToken(token); err != nil {
+		return nil, err
+	}
+	if c.nodes != nil {
+		return nil, fmt.Errorf("padlock: resume %q: %w: Resume on a Redlock Client", key, ErrUnsupported)
+	}
+	keys := []string{key}
+	if queueable(key) {
+		keys = append(keys, sideKey(key, "queue"))
+	}
+	sent := time.Now()
+	reply, err := resumeScript.Run(ctx, c.rdb, keys, token).Slice()
+	if err != nil {
+		return nil, opError("resume", key, err)
+	}
+	if len(reply) != 5 {
+		return nil, fmt.Errorf("%w: %q is not held by token %q", ErrNotHeld, key, token)
+	}
+	kind, _ := reply[0].(string)
+	value, _ := reply[1].(string)
+	ms, _ := reply[2].(int64)
+	fence, fenced := int64(0), false
+	if s, ok := reply[3].(string); ok {
+		fence, _ = strconv.ParseInt(s, 10, 64)
+		fenced = true
+	}
+	limit, _ := reply[4].(int64)
+	if ms < 1 {
+		return nil, fmt.Errorf("%w: %q: token %q holds it with no time left", ErrNotHeld, key, token)
+	}
+	_, meta := splitValue(value)
+	opts = append(opts[:len(opts):len(opts)], WithToken(token), WithMetadata(meta))
+	opts = append(opts, resumedAs(kind, int(limit), fenced))
+	l, _, err := c.newLock(ctx, key, time.Duration(ms)*time.Millisecond, opts)
+	if err != nil {
+		return nil, err
+	}
+	l.acqCmd = nil
+	l.sent = sent
+	if l.fenced() {
+		l.fence = fence
+	}
+	return l, nil
+}
+
+// resumedAs sets the kind of a resumed Lock to what Redis holds: kind 's'
+// a shared hold, 'n' a place of a semaphore of limit places, else a lock;
+// a shared hold or semaphore place is fenced if Redis has its fence.
+func resumedAs(kind string, limit int, fenced bool) Option {
+	return optionFunc(func(o *options) {
+		o.shared, o.limitSet, o.limit = kind == "s", kind == "n", limit
+		if kind == "s" || kind == "n" {
+			o.fencing = fenced
+		}
+	})
+}
+
+// Break ends whatever holds key now, for an operator: the lock, or every
+// holder of a semaphore or shared hold. In the same round trip it
+// advances the key's fencing counter, if the key has one, so that storage
+// that checks fences rejects the writes of a broken holder once it has
+// seen a fence of a later one, and it serves the key's waiters (the first
+// gets the lock at once). It blocks until Redis answers.
+//
+// It returns what it broke, as Inspect would have shown it just before. A
+// key that nobody holds is not an error: nothing changes, and Held is
+// false. The broken holders find out at their next renewal (KeepAlive's
+// context ends with ErrLost), Extend or Release (ErrNotHeld). It returns
+// ErrInvalid for an empty key, ErrUnsupported on a Redlock Client, and a
+// wrapped Redis error if Redis cannot answer; a key of another type
+// (a hash, say) is reported and left alone.
+func (c *Client) Break(ctx context.Context, key string) (LockInfo, error) {
+	if _, err := c.check(ctx, key, time.Millisecond); err != nil {
+		return LockInfo{Key: key}, err
+	}
+	if c.nodes != nil {
+		return LockInfo{Key: key}, fmt.Errorf("padlock: break %q: %w: Break on a Redlock Client", key, ErrUnsupported)
+	}
+	sent := time.Now()
+	reply, err := breakScript.Run(ctx, c.rdb, inspectKeys(key), c.notify.id).Slice()
+	if err != nil {
+		return LockInfo{Key: key}, opError("break", key, err)
+	}
+	before, _ := reply[0].([]any)
+	info, err := readInspect(key, before)
+	if err != nil {
+		return info, err
+	}
+	if len(reply) > 1 {
+		c.deliver(reply[1:], sent, false)
+	}
+	return info, nil
+}
