@@ -2,6 +2,10 @@
 // a lock, and demonstrates the library.
 //
 //	padlock run [flags] KEY -- COMMAND [ARGS...]
+//	padlock acquire [-ttl D] [-wait D] [-fence] [-limit N] [-shared] [-token T] [-metadata M] KEY
+//	padlock extend -ttl D [-token T] KEY
+//	padlock release [-token T] KEY
+//	padlock break KEY
 //	padlock inspect [-redis URL] [-json] KEY
 //	padlock doctor [-redis URL] [-key KEY] [-json]
 //	padlock demo [-redis URL]
@@ -21,6 +25,17 @@
 //
 // A command killed by a signal exits with 128 plus the signal's number, as
 // in a shell.
+//
+// acquire, extend and release are for shell scripts whose lock outlives
+// one command (a CI pipeline that locks a deployment in its first job and
+// unlocks it in its last). acquire prints PADLOCK_KEY, PADLOCK_TOKEN and,
+// with -fence, PADLOCK_FENCE, shell-quoted, one per line, so that
+// eval "$(padlock acquire KEY)" sets them; it exits as run does (0, 64,
+// 69, 75). extend and release act on the lock that the token (-token, or
+// $PADLOCK_TOKEN) holds, and exit 0 when done, 1 when the token does not
+// hold the key, 64 or 69. break ends whatever holds KEY, advances its
+// fencing counter and serves its waiters, prints what it broke, and exits
+// 0 whether or not anything held it.
 //
 // doctor checks whether the Redis it talks to is safe for locks (see
 // padlock.Client.Check) and prints one line per finding, most severe first.
@@ -55,6 +70,10 @@ const (
 
 const usage = `usage:
   padlock run [flags] KEY -- COMMAND [ARGS...]   run COMMAND while holding the lock KEY
+  padlock acquire [flags] KEY                    take KEY and print its variables, for eval
+  padlock extend -ttl D [-token T] KEY           extend KEY held by the token ($PADLOCK_TOKEN)
+  padlock release [-token T] KEY                 release KEY held by the token ($PADLOCK_TOKEN)
+  padlock break KEY                              end whatever holds KEY (for a stuck lock)
   padlock inspect [-redis URL] [-json] KEY       show who holds KEY, its TTL and fence
   padlock doctor [-redis URL] [-key KEY] [-json] is this Redis safe for locks? (exit 1 if not)
   padlock demo [-redis URL]                      play the common cases (no Redis needed)
@@ -83,6 +102,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runCmd(ctx, args[1:], stdout, stderr)
+	case "acquire":
+		return acquireCmd(ctx, args[1:], stdout, stderr)
+	case "extend":
+		return extendCmd(ctx, args[1:], stdout, stderr)
+	case "release":
+		return releaseCmd(ctx, args[1:], stdout, stderr)
+	case "break":
+		return breakCmd(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		return inspectCmd(ctx, args[1:], stdout, stderr)
 	case "doctor":

@@ -144,7 +144,7 @@ func acquire(ctx context.Context, locks *padlock.Client, key string, ttl, wait t
 		fmt.Fprintf(stderr, "padlock: %s is held elsewhere%s\n", key, holder(locks, key))
 		return nil, exitConflict
 	case errors.Is(err, padlock.ErrInvalid):
-		fmt.Fprintf(stderr, "padlock run: %v\n", err)
+		fmt.Fprintf(stderr, "padlock: %v\n", err)
 		return nil, exitUsage
 	default:
 		fmt.Fprintf(stderr, "padlock: cannot lock %s: %v\n", key, err)
