@@ -416,3 +416,88 @@ func ExampleClient_Check() {
 	// info [settings]: not checked: server, replication, persistence, memory, cluster, appendfsync (INFO or CONFIG GET refused to this user, or unknown to the server)
 	// safe for locks: true
 }
+
+// An API handler takes a lock for an order and queues the work; a worker
+// in another process, given the key and the token, picks the lock up and
+// releases it when the work is done.
+func ExampleClient_Resume() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+
+	api := padlock.New(rdb)
+	l, err := api.TryAcquire(ctx, "order:42", time.Minute, padlock.WithFencing())
+	if err != nil {
+		panic(err)
+	}
+	job := struct{ Key, Token string }{l.Key(), l.Token()} // sent with the job
+
+	worker := padlock.New(rdb) // in the worker's process
+	resumed, err := worker.Resume(ctx, job.Key, job.Token, padlock.WithFencing())
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("worker holds the lock, fence", resumed.Fence())
+	fmt.Println("release:", resumed.Release(ctx))
+
+	_, err = worker.Resume(ctx, job.Key, job.Token)
+	fmt.Println("resumed again:", errors.Is(err, padlock.ErrNotHeld))
+	// Output:
+	// worker holds the lock, fence 1
+	// release: <nil>
+	// resumed again: true
+}
+
+// A job whose id is its token takes its lock again after a restart,
+// instead of waiting for its own lock to expire.
+func ExampleWithToken() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+
+	first := padlock.New(rdb)
+	if _, err := first.TryAcquire(ctx, "migration", time.Hour, padlock.WithToken("migrate-2026-12-01")); err != nil {
+		panic(err)
+	}
+	// The process dies and starts again.
+	restarted := padlock.New(rdb)
+	l, err := restarted.TryAcquire(ctx, "migration", time.Hour, padlock.WithToken("migrate-2026-12-01"))
+	fmt.Println("taken again:", err == nil, l.Token())
+
+	_, err = restarted.TryAcquire(ctx, "migration", time.Hour, padlock.WithToken("migrate-2026-12-02"))
+	fmt.Println("another job:", errors.Is(err, padlock.ErrNotAcquired))
+	// Output:
+	// taken again: true migrate-2026-12-01
+	// another job: true
+}
+
+// An operator ends a lock whose holder hangs: Break returns what it broke
+// and advances the fencing counter, so storage that checks fences rejects
+// the stuck holder's late writes once the next holder has written.
+func ExampleClient_Break() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	locks := padlock.New(rdb)
+
+	stuck, err := locks.TryAcquire(ctx, "report", time.Hour, padlock.WithFencing(), padlock.WithMetadata("host=web-3"))
+	if err != nil {
+		panic(err)
+	}
+	info, err := locks.Break(ctx, "report")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("broke:", info.Metadata, "fence", info.Fence)
+
+	next, err := locks.TryAcquire(ctx, "report", time.Minute, padlock.WithFencing())
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("next fence:", next.Fence())
+	fmt.Println("stuck holder:", errors.Is(stuck.Extend(ctx, time.Minute), padlock.ErrNotHeld))
+	// Output:
+	// broke: host=web-3 fence 1
+	// next fence: 3
+	// stuck holder: true
+}

@@ -234,7 +234,7 @@ func isSet(fset *flag.FlagSet, name string) bool {
 }
 
 // shellQuote quotes s for a POSIX shell: in single quotes, each ' written
-// as '\''.
+// as '\”.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
