@@ -103,7 +103,9 @@ func TestObserverSeesEveryEvent(t *testing.T) {
 	}, rec.take(), "conflict")
 
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		// Late enough that the waiter has subscribed and waits, also
+		// under -race on a loaded machine.
+		time.Sleep(time.Second)
 		_ = held.Release(context.Background())
 	}()
 	l, err = c.Acquire(e.ctx, k, 300*time.Millisecond)
