@@ -70,6 +70,10 @@ func WithFencing() Option {
 // holds the key with other metadata then no longer holds it (Release and
 // Extend compare the whole value); use the same metadata, or none.
 //
+// The fence of a lock taken again is the key's fencing counter, which is
+// the holder's fence only if it was taken with WithFencing: take a lock
+// with a chosen token fenced every time, or never.
+//
 // A chosen token must be unique to its holder: two processes that acquire
 // with the same token share one lock, each believing it holds it alone.
 // Tokens are compared exactly. A token must be 1 to 1024 bytes long, must

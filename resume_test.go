@@ -276,3 +276,32 @@ func TestBreakCounted(t *testing.T) {
 		}
 	})
 }
+
+// A chosen token that gave up waiting waits again: its earlier leave does
+// not keep it out (nor make it spin).
+func TestWithTokenWaitsAgainAfterGivingUp(t *testing.T) {
+	e := newReal(t, nil)
+	held, err := padlock.New(e.raw).TryAcquire(e.ctx, e.key, 10*time.Second)
+	require.NoError(t, err)
+	for range 2 {
+		ctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
+		e.n.reset()
+		_, err := e.c.Acquire(ctx, e.key, time.Second, padlock.WithToken("job-9"))
+		cancel()
+		require.ErrorIs(t, err, padlock.ErrNotAcquired, "held: contention, not an error")
+		trips, _ := e.n.reset()
+		assert.Less(t, trips, 20, "a wait, not a loop")
+	}
+	time.AfterFunc(100*time.Millisecond, func() { _ = held.Release(context.Background()) })
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+	defer cancel()
+	l, err := e.c.Acquire(ctx, e.key, time.Second, padlock.WithToken("job-9"))
+	require.NoError(t, err)
+	require.NoError(t, l.Release(e.ctx))
+
+	// The same token with another n than the semaphore's is refused.
+	_, err = e.c.TryAcquire(e.ctx, e.key+":sem", time.Second, padlock.WithLimit(3), padlock.WithToken("job-9"))
+	require.NoError(t, err)
+	_, err = e.c.TryAcquire(e.ctx, e.key+":sem", time.Second, padlock.WithLimit(5), padlock.WithToken("job-9"))
+	require.ErrorIs(t, err, padlock.ErrInvalid)
+}

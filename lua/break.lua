@@ -11,7 +11,7 @@
 local before = inspect()
 local kind = before[7]
 if kind ~= 'string' and kind ~= 'zset' then return {before} end
-if kind == 'zset' and #before[4] == 0 then return {before} end -- no holder left
+if (kind == 'zset' or before[1] == MARKER) and #before[4] == 0 then return {before} end -- no holder left
 local K, F, Q = KEYS[1], KEYS[2], KEYS[4]
 if F and redis.call('EXISTS', F) == 1 then redis.call('INCR', F) end
 redis.call('DEL', K)

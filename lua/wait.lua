@@ -56,6 +56,12 @@ local function reply(code, n, mine)
   return out
 end
 
+local function limitError()
+  return {3, tonumber(redis.call('GET', P .. 'limit'))}
+end
+-- (A holder's n is the stored one: a token chosen again with another n is
+-- refused, not taken for the holder.)
+if w.k == 'n' and not limitOK(P, w) then return limitError() end
 local fence = held()
 if fence then
   redis.call('DEL', ticket)
@@ -63,11 +69,10 @@ if fence then
   return {1, fence}
 end
 local tk = redis.call('GET', ticket)
+-- A new wait under a token that left before (only a chosen token comes
+-- back, see WithToken) starts afresh.
+if tk == '-' and ARGV[3] == 'new' then tk = false end
 if tk == '-' or (ARGV[3] == 'keep' and not tk) then return {4, 0} end
-local function limitError()
-  return {3, tonumber(redis.call('GET', P .. 'limit'))}
-end
-if w.k == 'n' and not limitOK(P, w) then return limitError() end
 
 -- Serve those queued first: a holder may have expired.
 local mine = {}
