@@ -65,10 +65,10 @@ func WithFencing() Option {
 // id, a deployment id), instead of a random one, so that another process
 // that knows it can pick the lock up (see Client.Resume), and a process
 // that restarts can take its own lock again: when token already holds the
-// key, TryAcquire and Acquire succeed at once, set the ttl anew and store
-// the metadata of this call; a fenced lock keeps its fence. A Lock that
-// holds the key with other metadata then no longer holds it (Release and
-// Extend compare the whole value); use the same metadata, or none.
+// key, TryAcquire, Acquire and TryAcquireMany succeed at once, set the ttl
+// anew and store the metadata of this call; a fenced lock keeps its fence.
+// The earlier Lock still holds it too: Release, Extend and TTL compare the
+// token, not the metadata stored beside it.
 //
 // The fence of a lock taken again is the key's fencing counter, which is
 // the holder's fence only if it was taken with WithFencing: take a lock

@@ -130,10 +130,14 @@ func TestWithToken(t *testing.T) {
 		before := e.pttl(e.key)
 
 		again := padlock.New(e.raw) // a restarted process
-		b, err := again.TryAcquire(e.ctx, e.key, 10*time.Second, padlock.WithToken(job), padlock.WithFencing())
+		b, err := again.TryAcquire(e.ctx, e.key, 10*time.Second, padlock.WithToken(job), padlock.WithFencing(), padlock.WithMetadata("restarted"))
 		require.NoError(t, err, "the same token holds it")
 		assert.Equal(t, a.Fence(), b.Fence(), "the fence stays")
 		assert.Greater(t, e.pttl(e.key), before+5*time.Second, "the ttl is set anew")
+		assert.Equal(t, job+" restarted", e.get(e.key), "with this call's metadata")
+		require.NoError(t, a.Extend(e.ctx, 10*time.Second), "the token is compared, not the metadata")
+		_, err = a.TTL(e.ctx)
+		require.NoError(t, err)
 
 		_, err = again.TryAcquire(e.ctx, e.key, time.Second, padlock.WithToken(job+"-other"))
 		require.ErrorIs(t, err, padlock.ErrNotAcquired, "another token")
@@ -149,6 +153,14 @@ func TestWithToken(t *testing.T) {
 
 		require.NoError(t, b.Release(e.ctx))
 		require.ErrorIs(t, a.Release(e.ctx), padlock.ErrNotHeld, "one lock: released once")
+
+		many := []string{e.key + ":{m}:1", e.key + ":{m}:2"}
+		m1, err := e.c.TryAcquireMany(e.ctx, many, time.Second, padlock.WithToken(job))
+		require.NoError(t, err)
+		m2, err := again.TryAcquireMany(e.ctx, many, time.Second, padlock.WithToken(job), padlock.WithMetadata("again"))
+		require.NoError(t, err, "TryAcquireMany takes its own token's keys again")
+		require.NoError(t, m2.Release(e.ctx))
+		require.ErrorIs(t, m1.Release(e.ctx), padlock.ErrNotHeld)
 
 		for _, bad := range []string{"", "two words", "tab\there", "line\n", strings.Repeat("x", 1025), "padlock:shared"} {
 			_, err := e.c.TryAcquire(e.ctx, e.key, time.Second, padlock.WithToken(bad))

@@ -1,5 +1,6 @@
 -- acquire_many.lua: take every lock KEYS[1..n] for the value ARGV[1], for
--- ARGV[2] milliseconds, or none of them.
+-- ARGV[2] milliseconds, or none of them. A key that holds the value's
+-- token (up to its first space) is ours.
 -- Returns 0 when all are ours (a retry that finds them ours succeeds), or
 -- -2 - PTTL when some other holder has one: the longest PTTL among the
 -- keys held by others (-1 means one is held with no expiry).
@@ -7,7 +8,7 @@ if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER')
 local longest = nil
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
-  if v and v ~= ARGV[1] then
+  if v and not (v == ARGV[1] or (v and string.match(v, '^%S+') == string.match(ARGV[1], '^%S+'))) then
     local pttl = redis.call('PTTL', KEYS[i])
     if pttl < 0 then return -1 end
     if not longest or pttl > longest then longest = pttl end

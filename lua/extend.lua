@@ -1,9 +1,10 @@
 -- extend.lua: set the lock KEYS[1] to expire ARGV[2] milliseconds from now
--- if it still holds the value ARGV[1]. It never creates the key.
+-- if it still holds the token of the value ARGV[1] (the value up to its
+-- first space: the metadata may have changed). It never creates the key.
 -- Returns 1 if the expiry was set, 0 if the lock is someone else's, -1 if
 -- the key is gone (a Redlock node restarted empty, say).
 local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
+if (v == ARGV[1] or (v and string.match(v, '^%S+') == string.match(ARGV[1], '^%S+'))) then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 if not v then return -1 end

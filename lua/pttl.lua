@@ -1,7 +1,9 @@
 -- pttl.lua: the remaining time to live of the lock KEYS[1], in
--- milliseconds, if it still holds the value ARGV[1]; -3 if it does not.
+-- milliseconds, if it still holds the token of the value ARGV[1]; -3 if
+-- it does not.
 -- (-1 means ours with no expiry, which padlock never sets.)
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if (v == ARGV[1] or (v and string.match(v, '^%S+') == string.match(ARGV[1], '^%S+'))) then
   return redis.call('PTTL', KEYS[1])
 end
 return -3

@@ -1,8 +1,9 @@
 -- pttl_many.lua: the shortest remaining ttl, in ms, of the locks
--- KEYS[1..n] if all still hold the value ARGV[1]; -3 if any does not.
+-- KEYS[1..n] if all still hold the token of the value ARGV[1]; -3 if any does not.
 local shortest = nil
 for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) ~= ARGV[1] then return -3 end
+  local v = redis.call('GET', KEYS[i])
+  if not (v == ARGV[1] or (v and string.match(v, '^%S+') == string.match(ARGV[1], '^%S+'))) then return -3 end
   local pttl = redis.call('PTTL', KEYS[i])
   if not shortest or pttl < shortest then shortest = pttl end
 end

@@ -5,7 +5,8 @@
 -- (see grant.lua's parse) of the client's waiters for the key that no call has queued yet:
 -- they are queued first, unless they left meanwhile.
 --
--- It deletes every key that still holds the value and serves the queues.
+-- It deletes every key that still holds the value's token (the value up
+-- to its first space) and serves the queues.
 -- Returns 0 if no key was ours (it changes nothing); 1 if every key was
 -- ours and nobody waits; else {1 or 0 (every key was ours, or not),
 -- grants...}, grants as in wait.lua, and a hint for the first waiter left
@@ -15,7 +16,8 @@
 -- (inserted at the marker), which would otherwise be built on every call.
 local n, all = 0, true
 for i = 1, #KEYS, 2 do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then
+  local v = redis.call('GET', KEYS[i])
+  if (v == ARGV[1] or (v and string.match(v, '^%S+') == string.match(ARGV[1], '^%S+'))) then
     redis.call('DEL', KEYS[i])
     n = n + 1
   else
