@@ -30,6 +30,7 @@ var (
 	countPTTLScript    = script("count_pttl")
 	resumeScript       = grantScript("resume")
 	breakScript        = grantScript("break")
+	proclaimScript     = script("proclaim")
 )
 
 //go:embed lua/*.lua

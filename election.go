@@ -1,0 +1,300 @@
+package padlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Leader election, on a lock: the leader of a key is the holder of the
+// lock at that key, taken with fencing (its fence is the term) and with the
+// published value as its metadata, and kept alive. Every change of leader
+// or value is announced on the channel leaderChannel(key), which observers
+// listen to; an observer also reads the state again when the leader's
+// lease would end, and when its subscription comes back.
+
+// ErrNoLeader is returned by Leader when nobody leads the key.
+var ErrNoLeader = errors.New("padlock: no leader")
+
+// LeaderInfo is who leads a key at one moment.
+type LeaderInfo struct {
+	Value string        // what the leader published; "" with no leader
+	Term  int64         // the leader's term, 0 with no leader
+	TTL   time.Duration // time left on the leader's lease
+}
+
+// A Leadership is a Client's term as the leader of a key, from Campaign.
+// Its methods are safe for concurrent use.
+type Leadership struct {
+	lock   *Lock
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   context.CancelFunc // the lock's KeepAlive
+
+	mu    sync.Mutex
+	value string
+}
+
+// leaderChannel is where changes of key's leader are announced: a side
+// key's name, so that it shares key's ACL prefix.
+func leaderChannel(key string) string { return sideKey(key, "leader") }
+
+// leaderChanged is the message of a change (its content does not matter:
+// observers read the state again).
+const leaderChanged = "changed"
+
+// Campaign waits, in line with the other candidates for key (first come,
+// first served), until the caller leads key, and returns its Leadership;
+// it blocks. The leadership is a lock at key, taken with fencing and with
+// value as its metadata (so Inspect and `padlock inspect` show it), kept
+// alive in the background for ttl at a time until Resign, the Client's
+// Close, or its loss; its Term is the lock's fence, strictly greater than
+// every earlier leader's of key. value is what Leader and Observe report
+// (an address, a host name).
+//
+// When ctx ends first it returns an error matching ErrNotAcquired and
+// ctx's error, as Acquire does; it returns ErrInvalid for bad input and on
+// a Redlock Client (independent nodes have no one counter for terms), and
+// a wrapped Redis error if Redis cannot answer. The options are those of
+// Acquire; WithFencing and WithMetadata are set by Campaign.
+func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, value string, opts ...Option) (*Leadership, error) {
+	if c != nil && c.nodes != nil {
+		return nil, fmt.Errorf("%w: Campaign on a Redlock Client: independent nodes have no one counter for terms", ErrInvalid)
+	}
+	opts = append(opts[:len(opts):len(opts)], WithFencing(), WithMetadata(value))
+	l, err := c.Acquire(ctx, key, ttl, opts...)
+	if err != nil {
+		return nil, err
+	}
+	kctx, stop := l.KeepAlive(context.Background())
+	lctx, cancel := context.WithCancelCause(context.Background())
+	ld := &Leadership{lock: l, ctx: lctx, cancel: cancel, stop: stop, value: value}
+	context.AfterFunc(kctx, func() {
+		cancel(context.Cause(kctx))
+		c.announceLeader(key) // lost: observers read the state again
+	})
+	c.announceLeader(key)
+	return ld, nil
+}
+
+// announceLeader tells key's observers that its leader or value changed.
+// It is best effort: observers also look when a lease would end.
+func (c *Client) announceLeader(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), lateCleanupTimeout)
+	defer cancel()
+	_ = c.rdb.Publish(ctx, leaderChannel(key), leaderChanged).Err()
+}
+
+// Context returns a context that is cancelled when the leadership ends:
+// with a cause matching ErrLost when it is lost (a renewal found the lock
+// gone, or its local deadline passed while Redis could not be reached),
+// ErrNotHeld after Resign, ErrClosed when the Client is closed. Work done
+// as the leader should watch it.
+func (l *Leadership) Context() context.Context { return l.ctx }
+
+// Term returns the leadership's term: a number strictly greater than that
+// of every earlier leader of the key. Send it with every write done as the
+// leader, and have storage reject a term lower than one it has seen: that
+// rejects a deposed leader's late writes.
+func (l *Leadership) Term() int64 { return l.lock.Fence() }
+
+// Value returns the value this leader published last.
+func (l *Leadership) Value() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.value
+}
+
+// Proclaim publishes value as the leader's, without a new election (the
+// term stays), in one round trip, and tells the observers. It blocks until
+// Redis answers. It returns an error matching ErrNotHeld when the caller
+// no longer leads, and a wrapped Redis error if Redis cannot answer.
+func (l *Leadership) Proclaim(ctx context.Context, value string) error {
+	if l.ctx.Err() != nil {
+		return fmt.Errorf("%w: %q: no longer the leader (%w)", ErrNotHeld, l.lock.key, context.Cause(l.ctx))
+	}
+	lk := l.lock
+	n, err := proclaimScript.Run(ctx, lk.c.rdb, []string{lk.key}, lk.tok(), value, leaderChannel(lk.key), leaderChanged).Int64()
+	if err != nil {
+		return opError("proclaim", lk.key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q: no longer the leader", ErrNotHeld, lk.key)
+	}
+	l.mu.Lock()
+	l.value = value
+	l.mu.Unlock()
+	return nil
+}
+
+// Resign steps down: it releases the leadership, so that the next
+// candidate leads at once (not after a ttl), and cancels Context with a
+// cause matching ErrNotHeld. It blocks until Redis answers, and ignores
+// the cancellation of ctx as Release does. It returns an error matching
+// ErrNotHeld if the leadership was already lost or resigned, and a wrapped
+// Redis error if Redis cannot be reached (the lock then expires by its
+// ttl, or is released by the Client's retries).
+func (l *Leadership) Resign(ctx context.Context) error {
+	l.cancel(fmt.Errorf("%w: %q: resigned", ErrNotHeld, l.lock.key))
+	l.stop()
+	err := l.lock.Release(ctx)
+	l.lock.c.announceLeader(l.lock.key)
+	return err
+}
+
+// Leader returns who leads key now, read in one round trip; it blocks
+// until Redis answers. It returns ErrNoLeader when nobody does, ErrInvalid
+// for bad input, and a wrapped Redis error if Redis cannot answer.
+func (c *Client) Leader(ctx context.Context, key string) (LeaderInfo, error) {
+	info, err := c.Inspect(ctx, key)
+	if err != nil {
+		return LeaderInfo{}, err
+	}
+	if !info.Held || info.Kind != "lock" {
+		return LeaderInfo{}, fmt.Errorf("%w: %q", ErrNoLeader, key)
+	}
+	return LeaderInfo{Value: info.Metadata, Term: info.Fence, TTL: info.TTL}, nil
+}
+
+// observeRetry is how long an observer waits before it reads the state
+// again after Redis did not answer.
+const observeRetry = 100 * time.Millisecond
+
+// Observe reports who leads key: the current state first (a zero
+// LeaderInfo when nobody leads), then every change (a new leader, a new
+// value, no leader) in order, until ctx is done; then it closes the
+// channel. It does not block. A reader that is slow gets the newest state
+// (the ones between are dropped), never a stale one after a newer one.
+//
+// It listens for the announcements of Campaign, Proclaim, Resign and of a
+// leadership that ends, and reads the state again whenever one comes,
+// whenever its subscription comes back after a cut, and when the leader's
+// lease would end: so a leader that died is reported gone by the end of
+// its ttl. A change is a new value or term; the TTL of a report is the
+// time left when it was read. While Redis cannot answer it reports
+// nothing, and tries again every 100ms. Bad input (a nil or closed Client,
+// a nil ctx, an empty key) returns a closed channel.
+func (c *Client) Observe(ctx context.Context, key string) <-chan LeaderInfo {
+	out := make(chan LeaderInfo, 1)
+	if ctx == nil {
+		close(out)
+		return out
+	}
+	if _, err := c.check(ctx, key, time.Millisecond); err != nil || c.notify.isClosed() {
+		close(out)
+		return out
+	}
+	ps := c.rdb.Subscribe(ctx, leaderChannel(key))
+	events := make(chan struct{}, 1)
+	go func() { // every message, confirmation or error: look again
+		for {
+			_, err := ps.Receive(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			select {
+			case events <- struct{}{}:
+			default:
+			}
+			if err != nil {
+				_ = sleep(ctx, key, observeRetry) // ends early with ctx
+			}
+		}
+	}()
+	go func() {
+		defer close(out)
+		defer ps.Close()
+		var last LeaderInfo
+		first := true
+		for {
+			next, err := c.Leader(ctx, key)
+			wait := observeRetry
+			switch {
+			case err == nil || errors.Is(err, ErrNoLeader):
+				if first || next.Value != last.Value || next.Term != last.Term {
+					send(out, next)
+					first, last = false, next
+				}
+				wait = time.Hour
+				if next.Term != 0 && next.TTL >= 0 {
+					wait = next.TTL + 2*time.Millisecond // when the lease would end
+				}
+			case ctx.Err() != nil:
+				return
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-events:
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+			t.Stop()
+		}
+	}()
+	return out
+}
+
+// send puts s on out (a channel of one that only the caller sends on), in
+// place of a state the reader has not taken yet.
+func send(out chan LeaderInfo, s LeaderInfo) {
+	select {
+	case <-out:
+	default:
+	}
+	out <- s
+}
+
+// Lead runs fn while the caller leads key, and campaigns again when the
+// leadership is lost: it campaigns (see Campaign), runs fn with a context
+// that is cancelled when the leadership is lost or ctx is done, waits for
+// fn to return, and then campaigns again if the leadership was lost. It
+// blocks, and fn runs on Lead's goroutine.
+//
+// It returns when ctx is done (ctx's error, after resigning if it leads),
+// or when fn returns while the caller still leads (fn's error, after
+// resigning): leaving on purpose always resigns, so the next candidate
+// leads at once. A Redis error while campaigning is retried after a
+// backoff; bad input (ErrInvalid), ErrUnsupported and ErrClosed end it.
+func (c *Client) Lead(ctx context.Context, key string, ttl time.Duration, value string, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalid)
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalid)
+	}
+	for attempt := 0; ; attempt++ {
+		ld, err := c.Campaign(ctx, key, ttl, value, opts...)
+		switch {
+		case ctx.Err() != nil:
+			if ld != nil {
+				_ = ld.Resign(context.Background())
+			}
+			return ctx.Err()
+		case errors.Is(err, ErrInvalid), errors.Is(err, ErrUnsupported), errors.Is(err, ErrClosed):
+			return err
+		case err != nil:
+			if sleep(ctx, key, defaultBackoff(attempt)) != nil {
+				return ctx.Err()
+			}
+			continue
+		}
+		attempt = -1
+		fctx, cancel := context.WithCancelCause(ctx)
+		stopWatch := context.AfterFunc(ld.Context(), func() { cancel(context.Cause(ld.Context())) })
+		ferr := fn(fctx)
+		stopWatch()
+		cancel(nil)
+		leading := ld.Context().Err() == nil
+		if ctx.Err() != nil || leading {
+			_ = ld.Resign(context.Background())
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return ferr
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package padlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/faultproxy"
+)
+
+// candidates returns n Clients of their own on e's server.
+func candidates(t *testing.T, e *env, n int) []*padlock.Client {
+	var cs []*padlock.Client
+	for range n {
+		rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr()})
+		c := padlock.New(rdb)
+		t.Cleanup(func() {
+			_ = c.Close()
+			_ = rdb.Close()
+		})
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// Three candidates run Lead for a few seconds, each giving up the lead
+// after a short term: one leads at a time, and the terms go up.
+func TestElectionOneLeaderAtATime(t *testing.T) {
+	e := newReal(t, nil)
+	cs := candidates(t, e, 3)
+	var (
+		leading atomic.Int32
+		mu      sync.Mutex
+		terms   []int64
+		wg      sync.WaitGroup
+	)
+	stop := time.Now().Add(3 * time.Second)
+	for i, c := range cs {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				ctx, cancel := context.WithDeadline(e.ctx, stop)
+				err := c.Lead(ctx, e.key, time.Second, fmt.Sprintf("node-%d", i), func(ctx context.Context) error {
+					if !leading.CompareAndSwap(0, 1) {
+						t.Error("two leaders at once")
+					}
+					defer leading.Store(0)
+					info, err := c.Leader(ctx, e.key)
+					if err != nil || info.Value != fmt.Sprintf("node-%d", i) {
+						t.Errorf("Leader while leading: %+v %v", info, err)
+					}
+					mu.Lock()
+					terms = append(terms, info.Term)
+					mu.Unlock()
+					time.Sleep(20 * time.Millisecond)
+					return nil
+				})
+				cancel()
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("Lead: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Greater(t, len(terms), 10, "leaders changed")
+	for i := 1; i < len(terms); i++ {
+		require.Greater(t, terms[i], terms[i-1], "terms strictly increase")
+	}
+}
+
+func TestResignHandsOverAtOnce(t *testing.T) {
+	e := newReal(t, nil)
+	cs := candidates(t, e, 2)
+	first, err := cs[0].Campaign(e.ctx, e.key, 10*time.Second, "a")
+	require.NoError(t, err)
+	assert.Equal(t, "a", first.Value())
+	got := make(chan *padlock.Leadership, 1)
+	go func() {
+		l, err := cs[1].Campaign(e.ctx, e.key, 10*time.Second, "b")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	require.Eventually(t, func() bool {
+		info, err := e.c.Inspect(e.ctx, e.key)
+		return err == nil && info.Waiting == 1
+	}, 5*time.Second, 5*time.Millisecond)
+	resigned := time.Now()
+	require.NoError(t, first.Resign(e.ctx))
+	var next *padlock.Leadership
+	select {
+	case next = <-got:
+	case <-time.After(time.Second):
+		t.Fatal("no new leader")
+	}
+	assert.Less(t, time.Since(resigned), 500*time.Millisecond, "the next leads at once")
+	assert.Greater(t, next.Term(), first.Term())
+	require.Error(t, first.Context().Err())
+	assert.ErrorIs(t, context.Cause(first.Context()), padlock.ErrNotHeld)
+	require.ErrorIs(t, first.Proclaim(e.ctx, "again"), padlock.ErrNotHeld)
+	require.ErrorIs(t, first.Resign(e.ctx), padlock.ErrNotHeld)
+
+	require.NoError(t, next.Proclaim(e.ctx, "b2"))
+	info, err := e.c.Leader(e.ctx, e.key)
+	require.NoError(t, err)
+	assert.Equal(t, padlock.LeaderInfo{Value: "b2", Term: next.Term(), TTL: info.TTL}, info)
+	assert.Greater(t, info.TTL, 5*time.Second)
+	require.NoError(t, next.Resign(e.ctx))
+	_, err = e.c.Leader(e.ctx, e.key)
+	require.ErrorIs(t, err, padlock.ErrNoLeader)
+
+	_, err = padlock.NewRedlock([]redis.UniversalClient{e.raw}).Campaign(e.ctx, e.key, time.Second, "x")
+	require.ErrorIs(t, err, padlock.ErrInvalid, "no terms without one counter")
+}
+
+// A leader whose connection is blackholed: the next candidate leads within
+// ttl + 1s, and the old one's Context ends with ErrLost by its deadline.
+func TestLeaderBlackholed(t *testing.T) {
+	e := newReal(t, nil)
+	p, err := faultproxy.Start(e.srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	c := padlock.New(rdb)
+	defer c.Close()
+	const ttl = time.Second
+	old, err := c.Campaign(e.ctx, e.key, ttl, "old")
+	require.NoError(t, err)
+	got := make(chan *padlock.Leadership, 1)
+	next := candidates(t, e, 1)[0]
+	go func() {
+		l, err := next.Campaign(e.ctx, e.key, ttl, "next")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	time.Sleep(200 * time.Millisecond)
+	p.SetBlackhole(true)
+	cut := time.Now()
+	select {
+	case <-old.Context().Done():
+		assert.ErrorIs(t, context.Cause(old.Context()), padlock.ErrLost)
+		assert.Less(t, time.Since(cut), ttl+50*time.Millisecond, "by its local deadline")
+	case <-time.After(ttl + time.Second):
+		t.Fatal("the old leader's Context did not end")
+	}
+	select {
+	case l := <-got:
+		assert.Less(t, time.Since(cut), ttl+time.Second)
+		assert.Greater(t, l.Term(), old.Term())
+		require.NoError(t, l.Resign(e.ctx))
+	case <-time.After(ttl + time.Second):
+		t.Fatal("no new leader within ttl + 1s")
+	}
+	p.SetBlackhole(false)
+}
+
+// Observe reports every leader in order, a Proclaim with the same term,
+// and still the next change after its pub/sub connection was killed.
+func TestObserve(t *testing.T) {
+	e := newReal(t, nil)
+	cs := candidates(t, e, 4)
+	ctx, cancel := context.WithCancel(e.ctx)
+	states := cs[3].Observe(ctx, e.key)
+	next := func(what string) padlock.LeaderInfo {
+		t.Helper()
+		select {
+		case s := <-states:
+			return s
+		case <-time.After(3 * time.Second):
+			t.Fatalf("no report of %s", what)
+		}
+		return padlock.LeaderInfo{}
+	}
+	assert.Equal(t, padlock.LeaderInfo{}, next("the start"), "nobody leads")
+
+	a, err := cs[0].Campaign(e.ctx, e.key, 5*time.Second, "a")
+	require.NoError(t, err)
+	s := next("a")
+	assert.Equal(t, "a", s.Value)
+	assert.Equal(t, a.Term(), s.Term)
+	assert.Positive(t, s.TTL)
+
+	require.NoError(t, a.Proclaim(e.ctx, "a2"))
+	s = next("a2")
+	assert.Equal(t, padlock.LeaderInfo{Value: "a2", Term: a.Term(), TTL: s.TTL}, s)
+
+	waiting := make(chan *padlock.Leadership, 1)
+	go func() {
+		l, err := cs[1].Campaign(e.ctx, e.key, 5*time.Second, "b")
+		if err != nil {
+			t.Error(err)
+		}
+		waiting <- l
+	}()
+	require.Eventually(t, func() bool {
+		info, err := e.c.Inspect(e.ctx, e.key)
+		return err == nil && info.Waiting == 1
+	}, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, a.Resign(e.ctx))
+	b := <-waiting
+	s = next("b")
+	if s.Term == 0 { // the moment between a's resign and b's grant
+		s = next("b")
+	}
+	assert.Equal(t, "b", s.Value)
+	assert.Equal(t, b.Term(), s.Term)
+
+	// Cut the observer's subscription: it still reports the next change.
+	require.NoError(t, e.raw.Do(e.ctx, "client", "kill", "type", "pubsub").Err())
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, b.Resign(e.ctx))
+	assert.Equal(t, padlock.LeaderInfo{}, next("no leader"))
+	c, err := cs[2].Campaign(e.ctx, e.key, 5*time.Second, "c")
+	require.NoError(t, err)
+	s = next("c")
+	assert.Equal(t, "c", s.Value)
+	assert.Greater(t, s.Term, b.Term())
+
+	cancel()
+	for range states { // closed once ctx is done
+	}
+	require.NoError(t, c.Resign(e.ctx))
+}
+
+// Lead: fn's context ends when the lease is deleted from outside, fn runs
+// again after the next campaign, and cancelling Lead resigns at once.
+func TestLead(t *testing.T) {
+	e := newReal(t, nil)
+	cs := candidates(t, e, 2)
+	starts := make(chan context.Context, 4)
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- cs[0].Lead(ctx, e.key, 600*time.Millisecond, "runner", func(ctx context.Context) error {
+			starts <- ctx
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	first := <-starts
+	require.NoError(t, e.raw.Del(e.ctx, e.key).Err())
+	waitDone(t, first, time.Second)
+	assert.ErrorIs(t, context.Cause(first), padlock.ErrLost)
+	select {
+	case <-starts:
+	case <-time.After(2 * time.Second):
+		t.Fatal("fn did not run again after the next campaign")
+	}
+
+	got := make(chan *padlock.Leadership, 1)
+	go func() {
+		l, err := cs[1].Campaign(e.ctx, e.key, time.Second, "other")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	require.Eventually(t, func() bool {
+		info, err := e.c.Inspect(e.ctx, e.key)
+		return err == nil && info.Waiting == 1
+	}, 5*time.Second, 5*time.Millisecond)
+	stopped := time.Now()
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	l := <-got
+	assert.Less(t, time.Since(stopped), 500*time.Millisecond, "Lead resigned")
+	require.NoError(t, l.Resign(e.ctx))
+
+	// fn that returns while leading ends Lead with its error, resigned.
+	err := cs[0].Lead(e.ctx, e.key, time.Second, "once", func(context.Context) error { return fmt.Errorf("done") })
+	require.EqualError(t, err, "done")
+	_, err = e.c.Leader(e.ctx, e.key)
+	require.ErrorIs(t, err, padlock.ErrNoLeader)
+	require.ErrorIs(t, cs[0].Lead(e.ctx, e.key, time.Second, "x", nil), padlock.ErrInvalid)
+}
