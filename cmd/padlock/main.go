@@ -6,6 +6,8 @@
 //	padlock extend -ttl D [-token T] KEY
 //	padlock release [-token T] KEY
 //	padlock break KEY
+//	padlock lead [-ttl D] [-value V] [-grace D] KEY -- COMMAND [ARGS...]
+//	padlock leader [-json] [-watch] KEY
 //	padlock inspect [-redis URL] [-json] KEY
 //	padlock doctor [-redis URL] [-key KEY] [-json]
 //	padlock demo [-redis URL]
@@ -36,6 +38,14 @@
 // hold the key, 64 or 69. break ends whatever holds KEY, advances its
 // fencing counter and serves its waiters, prints what it broke, and exits
 // 0 whether or not anything held it.
+//
+// lead runs COMMAND while the process leads KEY (see padlock.Client.Lead):
+// when the leadership is lost it terminates COMMAND (SIGTERM, then SIGKILL
+// after -grace) and campaigns again; SIGTERM or SIGINT stops COMMAND,
+// resigns, so that the next candidate leads at once, and exits with
+// COMMAND's status (128 plus the signal's number if it never ran). leader
+// prints who leads KEY, or with -watch every change; it exits 0 whether or
+// not someone leads, 69 when Redis cannot be reached.
 //
 // doctor checks whether the Redis it talks to is safe for locks (see
 // padlock.Client.Check) and prints one line per finding, most severe first.
@@ -74,6 +84,8 @@ const usage = `usage:
   padlock extend -ttl D [-token T] KEY           extend KEY held by the token ($PADLOCK_TOKEN)
   padlock release [-token T] KEY                 release KEY held by the token ($PADLOCK_TOKEN)
   padlock break KEY                              end whatever holds KEY (for a stuck lock)
+  padlock lead [flags] KEY -- COMMAND [ARGS...]  run COMMAND while leading KEY; campaign again when lost
+  padlock leader [-json] [-watch] KEY            show who leads KEY (its value, term and ttl), or follow changes
   padlock inspect [-redis URL] [-json] KEY       show who holds KEY, its TTL and fence
   padlock doctor [-redis URL] [-key KEY] [-json] is this Redis safe for locks? (exit 1 if not)
   padlock demo [-redis URL]                      play the common cases (no Redis needed)
@@ -110,6 +122,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return releaseCmd(ctx, args[1:], stdout, stderr)
 	case "break":
 		return breakCmd(ctx, args[1:], stdout, stderr)
+	case "leader":
+		return leaderCmd(ctx, args[1:], stdout, stderr)
+	case "lead":
+		return leadCmd(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		return inspectCmd(ctx, args[1:], stdout, stderr)
 	case "doctor":
