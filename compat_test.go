@@ -327,6 +327,55 @@ func everyOperation(t *testing.T, s *matrixServer, newRDB func() *redis.Client) 
 		require.NoError(t, b.TryDo(ctx, k, time.Second, func(context.Context) error { return nil }))
 		assert.Zero(t, s.admin.Exists(ctx, k).Val())
 	})
+
+	t.Run("token, resume, break", func(t *testing.T) {
+		k := key + ":token"
+		l, err := a.TryAcquire(ctx, k, 5*time.Second, padlock.WithToken("job-1"), padlock.WithFencing())
+		require.NoError(t, err)
+		again, err := b.TryAcquire(ctx, k, 5*time.Second, padlock.WithToken("job-1"), padlock.WithFencing())
+		require.NoError(t, err)
+		assert.Equal(t, l.Fence(), again.Fence())
+		r, err := b.Resume(ctx, k, "job-1", padlock.WithFencing())
+		require.NoError(t, err)
+		assert.Equal(t, l.Fence(), r.Fence())
+		require.NoError(t, r.Extend(ctx, 10*time.Second))
+		info, err := b.Break(ctx, k)
+		require.NoError(t, err)
+		assert.Equal(t, "job-1", info.Token)
+		require.ErrorIs(t, l.Release(ctx), padlock.ErrNotHeld)
+		next, err := a.TryAcquire(ctx, k, time.Second, padlock.WithFencing())
+		require.NoError(t, err)
+		assert.Equal(t, l.Fence()+2, next.Fence(), "Break advanced the counter")
+		require.NoError(t, next.Release(ctx))
+	})
+
+	t.Run("election", func(t *testing.T) {
+		k := key + ":leader"
+		states := b.Observe(ctx, k)
+		assert.Equal(t, padlock.LeaderInfo{}, <-states)
+		l, err := a.Campaign(ctx, k, 5*time.Second, "host-a")
+		require.NoError(t, err)
+		st := <-states
+		assert.Equal(t, "host-a", st.Value)
+		assert.Equal(t, l.Term(), st.Term)
+		waiting := make(chan *padlock.Leadership, 1)
+		go func() {
+			n, err := b.Campaign(ctx, k, 5*time.Second, "host-b")
+			if err != nil {
+				t.Error(err)
+			}
+			waiting <- n
+		}()
+		require.Eventually(t, func() bool { return s.admin.Exists(ctx, k+":{"+k+"}:queue").Val() == 1 },
+			5*time.Second, 5*time.Millisecond, "the candidate queued")
+		require.NoError(t, l.Proclaim(ctx, "host-a2"))
+		require.NoError(t, l.Resign(ctx))
+		n := <-waiting
+		for st = <-states; st.Value != "host-b"; st = <-states {
+		}
+		assert.Equal(t, n.Term(), st.Term)
+		require.NoError(t, n.Resign(ctx))
+	})
 }
 
 // onlyKeysBeginningWithTheLock runs a full cycle of every operation on the

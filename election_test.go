@@ -3,6 +3,7 @@ package padlock_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/padlock-go/padlock"
 	"github.com/padlock-go/padlock/internal/faultproxy"
+	"github.com/padlock-go/padlock/internal/redistest"
 )
 
 // candidates returns n Clients of their own on e's server.
@@ -284,4 +286,65 @@ func TestLead(t *testing.T) {
 	_, err = e.c.Leader(e.ctx, e.key)
 	require.ErrorIs(t, err, padlock.ErrNoLeader)
 	require.ErrorIs(t, cs[0].Lead(e.ctx, e.key, time.Second, "x", nil), padlock.ErrInvalid)
+}
+
+// The election on a Cluster (for keys on every master) and with
+// WithReplicas; Resume and Break on a Cluster too.
+func TestElectionOnClusterAndReplicas(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
+	_, cc := startCluster(t)
+	ctx := t.Context()
+	a, b, o := padlock.New(cc), padlock.New(cc), padlock.New(cc)
+	defer a.Close()
+	defer b.Close()
+	defer o.Close()
+	for _, key := range []string{"lead:a", "lead:b", "lead:c", "lead:{x}:y"} {
+		states := o.Observe(ctx, key)
+		require.Equal(t, padlock.LeaderInfo{}, <-states, key)
+		la, err := a.Campaign(ctx, key, 5*time.Second, "a")
+		require.NoError(t, err, key)
+		require.Equal(t, "a", (<-states).Value, key)
+		got := make(chan *padlock.Leadership, 1)
+		go func() {
+			l, err := b.Campaign(ctx, key, 5*time.Second, "b")
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		require.Eventually(t, func() bool {
+			info, err := o.Inspect(ctx, key)
+			return err == nil && info.Waiting == 1
+		}, 5*time.Second, 5*time.Millisecond, key)
+		require.NoError(t, la.Resign(ctx))
+		lb := <-got
+		s := <-states
+		for s.Value != "b" {
+			s = <-states
+		}
+		assert.Equal(t, lb.Term(), s.Term, key)
+		assert.Greater(t, lb.Term(), la.Term(), key)
+
+		// Resume and Break, on the same key's master.
+		info, err := o.Break(ctx, key)
+		require.NoError(t, err, key)
+		assert.Equal(t, "b", info.Metadata, key)
+		waitDone(t, lb.Context(), 5*time.Second)
+		l, err := a.TryAcquire(ctx, key, time.Second, padlock.WithToken("job"))
+		require.NoError(t, err, key)
+		r, err := b.Resume(ctx, key, "job")
+		require.NoError(t, err, key)
+		require.NoError(t, r.Release(ctx), key)
+		require.ErrorIs(t, l.Release(ctx), padlock.ErrNotHeld, key)
+	}
+
+	e := newReal(t, nil)
+	replica := redistest.StartReplica(t, e.srv)
+	rr := replica.Client()
+	c := padlock.New(e.rdb, padlock.WithReplicas(1, 300*time.Millisecond))
+	defer c.Close()
+	l, err := c.Campaign(e.ctx, e.key, 5*time.Second, "replicated")
+	require.NoError(t, err)
+	assert.Equal(t, "replicated", strings.SplitN(rr.Get(e.ctx, e.key).Val(), " ", 2)[1], "on the replica when Campaign returned")
+	require.NoError(t, l.Resign(e.ctx))
 }
