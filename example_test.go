@@ -501,3 +501,46 @@ func ExampleClient_Break() {
 	// next fence: 3
 	// stuck holder: true
 }
+
+// Two instances run the same scheduler under Lead; one leads. When its
+// work is done it returns, Lead resigns, and the other leads at once with
+// a higher term.
+func ExampleClient_Lead() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	web1, web2 := padlock.New(rdb), padlock.New(rdb)
+	defer web1.Close()
+	defer web2.Close()
+
+	var order []string
+	var mu sync.Mutex
+	leading := make(chan string, 2)
+	run := func(c *padlock.Client, host string, done *sync.WaitGroup) {
+		defer done.Done()
+		_ = c.Lead(ctx, "lead:scheduler", 10*time.Second, host, func(ctx context.Context) error {
+			info, _ := c.Leader(ctx, "lead:scheduler")
+			mu.Lock()
+			order = append(order, fmt.Sprintf("%s leads in term %d", info.Value, info.Term))
+			mu.Unlock()
+			leading <- host
+			time.Sleep(50 * time.Millisecond) // the scheduler's work
+			return nil                        // done: resign
+		})
+	}
+	var done sync.WaitGroup
+	done.Add(2)
+	go run(web1, "web-1", &done)
+	<-leading // web-1 leads; web-2 campaigns, and waits
+	go run(web2, "web-2", &done)
+	done.Wait()
+	for _, line := range order {
+		fmt.Println(line)
+	}
+	_, err := web1.Leader(ctx, "lead:scheduler")
+	fmt.Println(errors.Is(err, padlock.ErrNoLeader))
+	// Output:
+	// web-1 leads in term 1
+	// web-2 leads in term 2
+	// true
+}
