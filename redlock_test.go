@@ -257,3 +257,59 @@ func proxiedNodes(t *testing.T, n, proxied int) (clients []redis.UniversalClient
 	}
 	return clients, raws, proxies
 }
+
+// Resume and Break on a Redlock: a lock is resumed where its token holds a
+// quorum (also with a node down), and broken on every node; a waiter of
+// another Client is woken by the break.
+func TestRedlockResumeAndBreak(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
+	e := startRedlock(t, 3)
+	ctx := t.Context()
+	const key = "lock:redlock:resume"
+	l, err := e.c.TryAcquire(ctx, key, 10*time.Second, padlock.WithToken("deploy-7"), padlock.WithMetadata("pipeline"))
+	require.NoError(t, err)
+	require.NoError(t, e.raws[2].Set(ctx, key, "other", time.Minute).Err()) // one node lost it to someone else
+
+	var clients []redis.UniversalClient
+	for _, s := range e.srvs {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		clients = append(clients, rdb)
+	}
+	other := padlock.NewRedlock(clients)
+	defer other.Close()
+	r, err := other.Resume(ctx, key, "deploy-7")
+	require.NoError(t, err, "held on two of three")
+	assert.Equal(t, "pipeline", r.Metadata())
+	assert.False(t, r.Deadline().After(l.Deadline()))
+	require.NoError(t, r.Extend(ctx, 20*time.Second))
+	assert.Greater(t, e.raws[0].PTTL(ctx, key).Val(), 15*time.Second)
+	_, err = other.Resume(ctx, key, "deploy-8")
+	require.ErrorIs(t, err, padlock.ErrNotHeld)
+	require.NoError(t, e.raws[1].Del(ctx, key).Err())
+	_, err = other.Resume(ctx, key, "deploy-7")
+	require.ErrorIs(t, err, padlock.ErrNotHeld, "on one node only: no quorum")
+	require.NoError(t, e.raws[1].Set(ctx, key, "deploy-7 pipeline", time.Minute).Err())
+
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		w, err := other.Acquire(wctx, key, time.Second, padlock.WithBackoff(padlock.ExponentialBackoff(time.Hour, time.Hour)))
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // it waits, subscribed
+	info, err := e.c.Break(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, "deploy-7", info.Token)
+	select {
+	case err := <-got:
+		require.NoError(t, err, "the waiter took the broken lock")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not woken by the break")
+	}
+	require.ErrorIs(t, l.Release(ctx), padlock.ErrNotHeld)
+}

@@ -2,9 +2,14 @@ package padlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Resume returns the Lock that token holds on key now, read from Redis in
@@ -28,9 +33,10 @@ import (
 //
 // It returns an error matching ErrNotHeld if token does not hold key (it
 // expired, was released, or another token holds it), ErrInvalid for an
-// empty key or token (or one WithToken would refuse), ErrUnsupported on a
-// Redlock Client, and a wrapped Redis error if Redis cannot answer. It
-// changes nothing in Redis.
+// empty key or token (or one WithToken would refuse), and a wrapped Redis
+// error if Redis cannot answer. It changes nothing in Redis. On a Redlock
+// Client the token must hold the lock on a quorum of the nodes, and the
+// ttl is what the quorum still guarantees.
 func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) (*Lock, error) {
 	if _, err := c.check(ctx, key, time.Millisecond); err != nil {
 		return nil, err
@@ -39,7 +45,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 		return nil, err
 	}
 	if c.nodes != nil {
-		return nil, fmt.Errorf("padlock: resume %q: %w: Resume on a Redlock Client", key, ErrUnsupported)
+		return c.redlockResume(ctx, key, token, opts)
 	}
 	keys := []string{key}
 	if queueable(key) {
@@ -103,15 +109,17 @@ func resumedAs(kind string, limit int, fenced bool) Option {
 // key that nobody holds is not an error: nothing changes, and Held is
 // false. The broken holders find out at their next renewal (KeepAlive's
 // context ends with ErrLost), Extend or Release (ErrNotHeld). It returns
-// ErrInvalid for an empty key, ErrUnsupported on a Redlock Client, and a
-// wrapped Redis error if Redis cannot answer; a key of another type
-// (a hash, say) is reported and left alone.
+// ErrInvalid for an empty key, and a wrapped Redis error if Redis cannot
+// answer; a key of another type
+// (a hash, say) is reported and left alone. On a Redlock Client it breaks
+// the lock on every node that answers, and returns what the first node
+// that held it showed.
 func (c *Client) Break(ctx context.Context, key string) (LockInfo, error) {
 	if _, err := c.check(ctx, key, time.Millisecond); err != nil {
 		return LockInfo{Key: key}, err
 	}
 	if c.nodes != nil {
-		return LockInfo{Key: key}, fmt.Errorf("padlock: break %q: %w: Break on a Redlock Client", key, ErrUnsupported)
+		return c.redlockBreak(ctx, key)
 	}
 	sent := time.Now()
 	reply, err := breakScript.Run(ctx, c.rdb, inspectKeys(key), c.notify.id).Slice()
@@ -127,4 +135,103 @@ func (c *Client) Break(ctx context.Context, key string) (LockInfo, error) {
 		c.deliver(reply[1:], sent, false)
 	}
 	return info, nil
+}
+
+// redlockResume is Resume on a Redlock Client: the lock, if token holds
+// it on a quorum of the nodes, with the ttl the quorum still guarantees
+// (see redlockTTL).
+func (c *Client) redlockResume(ctx context.Context, key, token string, opts []Option) (*Lock, error) {
+	sent := time.Now()
+	var mu sync.Mutex
+	values := make([]string, len(c.nodes))
+	holding, not := 0, 0
+	res := c.onNodes(ctx, resumeNodeTTL, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+		reply, err := resumeScript.Run(ctx, r, []string{key}, token).Slice()
+		if err != nil || len(reply) != 5 {
+			return -3, err
+		}
+		v, _ := reply[1].(string)
+		ms, _ := reply[2].(int64)
+		mu.Lock()
+		values[slices.Index(c.nodes, r)] = v
+		mu.Unlock()
+		return ms, nil
+	}, func(r nodeResult) bool {
+		switch {
+		case r.err != nil:
+		case r.n > 0:
+			holding++
+		default:
+			not++
+		}
+		return holding >= c.quorum() || not > len(c.nodes)-c.quorum()
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	var ttls []int64
+	var errs []error
+	value := ""
+	for i, r := range res {
+		switch {
+		case r.err != nil:
+			errs = append(errs, r.err)
+		case r.n > 0:
+			ttls = append(ttls, r.n)
+			value = values[i]
+		}
+	}
+	if len(ttls) < c.quorum() {
+		if len(ttls)+len(errs) >= c.quorum() {
+			return nil, opError("resume", key, errors.Join(errs...))
+		}
+		return nil, fmt.Errorf("%w: %q is not held by token %q on a quorum of the nodes", ErrNotHeld, key, token)
+	}
+	slices.Sort(ttls)
+	slices.Reverse(ttls)
+	_, meta := splitValue(value)
+	opts = append(opts[:len(opts):len(opts)], WithToken(token), WithMetadata(meta), resumedAs("x", 0, false))
+	l, _, err := c.newLock(ctx, key, time.Duration(ttls[c.quorum()-1])*time.Millisecond, opts)
+	if err != nil {
+		return nil, err
+	}
+	l.sent = sent
+	return l, nil
+}
+
+// resumeNodeTTL makes onNodes give each node of a Redlock Resume or Break
+// half a second.
+const resumeNodeTTL = 5 * time.Second
+
+// redlockBreak is Break on a Redlock Client: on every node at once; it
+// returns what the first node that held the key showed, and an error only
+// if no node answered.
+func (c *Client) redlockBreak(ctx context.Context, key string) (LockInfo, error) {
+	var mu sync.Mutex
+	infos := make([]LockInfo, len(c.nodes))
+	res := c.onNodes(ctx, resumeNodeTTL, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+		reply, err := breakScript.Run(ctx, r, inspectKeys(key), c.notify.id).Slice()
+		if err != nil {
+			return 0, err
+		}
+		before, _ := reply[0].([]any)
+		info, err := readInspect(key, before)
+		mu.Lock()
+		infos[slices.Index(c.nodes, r)] = info
+		mu.Unlock()
+		return 1, err
+	}, nil)
+	mu.Lock()
+	defer mu.Unlock()
+	var errs []error
+	for i, r := range res {
+		if r.err != nil {
+			errs = append(errs, r.err)
+		} else if infos[i].Held {
+			return infos[i], nil
+		}
+	}
+	if len(errs) == len(c.nodes) {
+		return LockInfo{Key: key}, opError("break", key, errors.Join(errs...))
+	}
+	return LockInfo{Key: key}, nil
 }

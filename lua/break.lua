@@ -3,8 +3,8 @@
 -- and holders' fences); ARGV[1] the calling client.
 --
 -- If the key is held (a lock, or holders of a semaphore or shared hold),
--- it advances the fencing counter, if there is one, deletes the holders
--- and serves the queue. Returns {what inspect.lua would have returned just
+-- it advances the fencing counter, if there is one, deletes the holders,
+-- serves the queue and announces the release on the key's channel. Returns {what inspect.lua would have returned just
 -- before, grants...}, grants as in wait.lua (the caller's waiters).
 --@grant
 --@inspect
@@ -16,6 +16,10 @@ local K, F, Q = KEYS[1], KEYS[2], KEYS[4]
 if F and redis.call('EXISTS', F) == 1 then redis.call('INCR', F) end
 redis.call('DEL', K)
 if KEYS[3] then redis.call('DEL', KEYS[3], KEYS[5]) end
+-- Waiters on the attempt path (Redlock, keys with a brace but no hash
+-- tag) attempt when they hear this.
+announce(K, 'released')
+pcall(redis.call, 'PUBLISH', K, 'released')
 local out = {before}
 if Q then
   local t = now()
