@@ -52,23 +52,27 @@ end
 -- exclusive, 's' shared, 'n' a place of a semaphore of limit places, or
 -- 'm' every key of keys.
 local function parse(d)
-  local nl = string.find(d, '\n', 1, true)
-  local f = {}
-  for x in string.gmatch(string.sub(d, 1, nl - 1), '%S+') do f[#f + 1] = x end
-  local w = {k = f[1], ttl = tonumber(f[2]), f = tonumber(f[3]), c = f[4], l = tonumber(f[5])}
-  local pos = nl + 1
-  w.tok = string.sub(d, pos, pos + tonumber(f[6]) - 1)
-  pos = pos + tonumber(f[6])
-  if tonumber(f[7]) > 0 then
+  local k, ttl, f, c, l, toklen, n, lens, pos =
+    string.match(d, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)([^\n]*)\n()')
+  local w = {k = k, ttl = tonumber(ttl), f = tonumber(f), c = c, l = tonumber(l)}
+  toklen = tonumber(toklen)
+  w.tok = string.sub(d, pos, pos + toklen - 1)
+  pos = pos + toklen
+  if n ~= '0' then
     w.keys = {}
-    for i = 1, tonumber(f[7]) do
-      local len = tonumber(f[7 + i])
-      w.keys[i] = string.sub(d, pos, pos + len - 1)
-      pos = pos + len
+    for len in string.gmatch(lens, '%d+') do
+      w.keys[#w.keys + 1] = string.sub(d, pos, pos + tonumber(len) - 1)
+      pos = pos + tonumber(len)
     end
   end
   w.v = string.sub(d, pos)
   return w
+end
+
+-- who reads of a ticket only what tell needs: its kind, client and token.
+local function who(d)
+  local k, c, toklen, pos = string.match(d, '^(%S+) %S+ %S+ (%S+) %S+ (%S+)[^\n]*\n()')
+  return {k = k, c = c, tok = string.sub(d, pos, pos + tonumber(toklen) - 1)}
 end
 
 -- holders is where the holders of a shared or semaphore key are.
@@ -197,7 +201,7 @@ local function tellHead(K, Q, t, me, mine)
   if not head then return mine end
   local d = redis.call('GET', head)
   if not d or d == '-' then return mine end
-  local w = parse(d)
+  local w = who(d)
   local ms = -1
   if w.k == 'n' then
     local first = redis.call('ZRANGE', K, 0, 0, 'WITHSCORES')
