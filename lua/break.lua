@@ -23,7 +23,6 @@ pcall(redis.call, 'PUBLISH', K, 'released')
 local out = {before}
 if Q then
   local t = now()
-  grant(K, Q, t, ARGV[1], out)
-  tellHead(K, Q, t, ARGV[1], out)
+  serve(K, Q, t, ARGV[1], out)
 end
 return out

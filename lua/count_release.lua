@@ -21,4 +21,4 @@ for i = 5, #ARGV, 2 do
 end
 if ARGV[5] then redis.call('PEXPIRE', Q, QUEUE_LIFE) end
 settle(K, P, kind, t)
-return tellHead(K, Q, t, ARGV[3], grant(K, Q, t, ARGV[3], {1}))
+return serve(K, Q, t, ARGV[3], {1})

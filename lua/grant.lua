@@ -195,18 +195,19 @@ end
 
 -- tellHead tells the first waiter of K's queue Q when what keeps it out
 -- expires, in ms, as a grant with the fence -1 - ms (a hint: it is not
--- granted), so that it looks then if nobody releases.
-local function tellHead(K, Q, t, me, mine)
-  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+-- granted), so that it looks then if nobody releases. head, when not nil,
+-- is that waiter's ticket (false: none), and ms, when not nil, K's ttl.
+local function tellHead(K, Q, t, me, mine, head, ms)
+  if head == nil then head = redis.call('ZRANGE', Q, 0, 0)[1] end
   if not head then return mine end
   local d = redis.call('GET', head)
   if not d or d == '-' then return mine end
   local w = who(d)
-  local ms = -1
   if w.k == 'n' then
+    ms = -1
     local first = redis.call('ZRANGE', K, 0, 0, 'WITHSCORES')
     if first[1] then ms = tonumber(first[2]) - t end
-  else
+  elseif ms == nil then
     ms = redis.call('PTTL', K)
   end
   if ms >= 0 then tell(head, w, -1 - ms, me, mine) end
@@ -215,10 +216,13 @@ end
 
 -- grant serves K's queue Q from its head, while what the head waits for
 -- is free. It announces each grant, except to the client me, whose
--- grants it appends to mine as token, fence.
+-- grants it appends to mine as token, fence. It returns mine; after a
+-- grant of the whole key, also the next ticket in the queue (false if
+-- none) and the ttl it set (for tellHead).
 local function grant(K, Q, t, me, mine)
   while true do
-    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    local q = redis.call('ZRANGE', Q, 0, 1)
+    local head = q[1]
     if not head then return mine end
     local d = redis.call('GET', head)
     local w = d and d ~= '-' and parse(d)
@@ -233,7 +237,14 @@ local function grant(K, Q, t, me, mine)
       if not fence then return mine end
       redis.call('DEL', head)
       tell(head, w, fence, me, mine)
-      if w.k ~= 's' and w.k ~= 'n' then return mine end
+      if w.k ~= 's' and w.k ~= 'n' then return mine, q[2] or false, w.ttl end
     end
   end
+end
+
+-- serve is what follows a release: grant, then tell the new head when
+-- what keeps it out expires.
+local function serve(K, Q, t, me, mine)
+  local _, head, ms = grant(K, Q, t, me, mine)
+  return tellHead(K, Q, t, me, mine, head, ms)
 end

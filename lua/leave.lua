@@ -28,7 +28,6 @@ else
   end
 end
 for i = 1, #KEYS, 2 do
-  grant(KEYS[i], KEYS[i + 1], t, w.c, out)
-  tellHead(KEYS[i], KEYS[i + 1], t, w.c, out)
+  serve(KEYS[i], KEYS[i + 1], t, w.c, out)
 end
 return out

@@ -45,7 +45,6 @@ end
 if ARGV[4] then redis.call('PEXPIRE', KEYS[2], QUEUE_LIFE) end
 local out = {ours}
 for i = 1, #KEYS, 2 do
-  grant(KEYS[i], KEYS[i + 1], t, ARGV[2], out)
-  tellHead(KEYS[i], KEYS[i + 1], t, ARGV[2], out)
+  serve(KEYS[i], KEYS[i + 1], t, ARGV[2], out)
 end
 return out
