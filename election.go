@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -37,6 +38,10 @@ type Leadership struct {
 	value string
 }
 
+// leaderToken begins the token of every leadership: Leader tells a leader
+// from another holder of the key by it.
+const leaderToken = "leader/"
+
 // leaderChannel is where changes of key's leader are announced: a side
 // key's name, so that it shares key's ACL prefix.
 func leaderChannel(key string) string { return sideKey(key, "leader") }
@@ -58,12 +63,14 @@ const leaderChanged = "changed"
 // ctx's error, as Acquire does; it returns ErrInvalid for bad input and on
 // a Redlock Client (independent nodes have no one counter for terms), and
 // a wrapped Redis error if Redis cannot answer. The options are those of
-// Acquire; WithFencing and WithMetadata are set by Campaign.
+// Acquire; WithFencing, WithMetadata and WithToken are set by Campaign (a
+// leadership's token begins with "leader/": a lock of another kind on the
+// key is not a leader).
 func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, value string, opts ...Option) (*Leadership, error) {
 	if c != nil && c.nodes != nil {
 		return nil, fmt.Errorf("%w: Campaign on a Redlock Client: independent nodes have no one counter for terms", ErrInvalid)
 	}
-	opts = append(opts[:len(opts):len(opts)], WithFencing(), WithMetadata(value))
+	opts = append(opts[:len(opts):len(opts)], WithFencing(), WithMetadata(value), WithToken(leaderToken+newToken()))
 	l, err := c.Acquire(ctx, key, ttl, opts...)
 	if err != nil {
 		return nil, err
@@ -145,18 +152,23 @@ func (l *Leadership) Resign(ctx context.Context) error {
 }
 
 // Leader returns who leads key now, read in one round trip; it blocks
-// until Redis answers. It returns ErrNoLeader when nobody does, ErrInvalid
+// until Redis answers. It returns ErrNoLeader when nobody does (a lock on
+// the key that Campaign did not take is no leader), ErrInvalid
 // for bad input, and a wrapped Redis error if Redis cannot answer.
 func (c *Client) Leader(ctx context.Context, key string) (LeaderInfo, error) {
 	info, err := c.Inspect(ctx, key)
 	if err != nil {
 		return LeaderInfo{}, err
 	}
-	if !info.Held || info.Kind != "lock" {
+	if !info.Held || info.Kind != "lock" || !strings.HasPrefix(info.Token, leaderToken) {
 		return LeaderInfo{}, fmt.Errorf("%w: %q", ErrNoLeader, key)
 	}
 	return LeaderInfo{Value: info.Metadata, Term: info.Fence, TTL: info.TTL}, nil
 }
+
+// observeIdle is how long an observer waits, at most, before it reads the
+// state again without an announcement.
+const observeIdle = time.Second
 
 // observeRetry is how long an observer waits before it reads the state
 // again after Redis did not answer.
@@ -170,9 +182,10 @@ const observeRetry = 100 * time.Millisecond
 //
 // It listens for the announcements of Campaign, Proclaim, Resign and of a
 // leadership that ends, and reads the state again whenever one comes,
-// whenever its subscription comes back after a cut, and when the leader's
-// lease would end: so a leader that died is reported gone by the end of
-// its ttl. A change is a new value or term; the TTL of a report is the
+// whenever its subscription comes back after a cut, when the leader's
+// lease would end, and at least every second: so a leader that died is
+// reported gone by the end of its ttl, and a lost announcement delays a
+// report by a second at most. A change is a new value or term; the TTL of a report is the
 // time left when it was read. While Redis cannot answer it reports
 // nothing, and tries again every 100ms. Bad input (a nil or closed Client,
 // a nil ctx, an empty key) returns a closed channel.
@@ -217,9 +230,9 @@ func (c *Client) Observe(ctx context.Context, key string) <-chan LeaderInfo {
 					send(out, next)
 					first, last = false, next
 				}
-				wait = time.Hour
+				wait = observeIdle // a missed announcement costs at most this
 				if next.Term != 0 && next.TTL >= 0 {
-					wait = next.TTL + 2*time.Millisecond // when the lease would end
+					wait = min(wait, next.TTL+2*time.Millisecond) // when the lease would end
 				}
 			case ctx.Err() != nil:
 				return
@@ -248,11 +261,24 @@ func send(out chan LeaderInfo, s LeaderInfo) {
 	out <- s
 }
 
+// leadershipKey is the context key under which Lead stores the Leadership
+// for fn.
+type leadershipKey struct{}
+
+// LeadershipFromContext returns the Leadership under which Lead runs fn
+// with ctx (or a context derived from it), or nil. Use it to read the Term
+// to send with fn's writes, or to Proclaim.
+func LeadershipFromContext(ctx context.Context) *Leadership {
+	l, _ := ctx.Value(leadershipKey{}).(*Leadership)
+	return l
+}
+
 // Lead runs fn while the caller leads key, and campaigns again when the
 // leadership is lost: it campaigns (see Campaign), runs fn with a context
 // that is cancelled when the leadership is lost or ctx is done, waits for
 // fn to return, and then campaigns again if the leadership was lost. It
-// blocks, and fn runs on Lead's goroutine.
+// blocks, and fn runs on Lead's goroutine; LeadershipFromContext(ctx) in fn
+// is the Leadership, for its Term.
 //
 // It returns when ctx is done (ctx's error, after resigning if it leads),
 // or when fn returns while the caller still leads (fn's error, after
@@ -283,7 +309,7 @@ func (c *Client) Lead(ctx context.Context, key string, ttl time.Duration, value 
 			continue
 		}
 		attempt = -1
-		fctx, cancel := context.WithCancelCause(ctx)
+		fctx, cancel := context.WithCancelCause(context.WithValue(ctx, leadershipKey{}, ld))
 		stopWatch := context.AfterFunc(ld.Context(), func() { cancel(context.Cause(ld.Context())) })
 		ferr := fn(fctx)
 		stopWatch()

@@ -120,6 +120,13 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 	_, err = e.c.Leader(e.ctx, e.key)
 	require.ErrorIs(t, err, padlock.ErrNoLeader)
 
+	// A lock that Campaign did not take is no leader.
+	plain, err := e.c.TryAcquire(e.ctx, e.key, time.Second, padlock.WithFencing(), padlock.WithMetadata("b2"))
+	require.NoError(t, err)
+	_, err = e.c.Leader(e.ctx, e.key)
+	require.ErrorIs(t, err, padlock.ErrNoLeader)
+	require.NoError(t, plain.Release(e.ctx))
+
 	_, err = padlock.NewRedlock([]redis.UniversalClient{e.raw}).Campaign(e.ctx, e.key, time.Second, "x")
 	require.ErrorIs(t, err, padlock.ErrInvalid, "no terms without one counter")
 }
@@ -246,6 +253,9 @@ func TestLead(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- cs[0].Lead(ctx, e.key, 600*time.Millisecond, "runner", func(ctx context.Context) error {
+			if ld := padlock.LeadershipFromContext(ctx); ld == nil || ld.Term() < 1 || ld.Value() != "runner" {
+				t.Errorf("LeadershipFromContext: %+v", ld)
+			}
 			starts <- ctx
 			<-ctx.Done()
 			return nil

@@ -138,12 +138,12 @@ func leadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	last := -1 // the command's last exit status
 	err = locks.Lead(lctx, key, *ttl, *value, func(lead context.Context) error {
-		info, err := locks.Leader(lead, key) // this process leads: its term
-		if err != nil {
-			return nil // lost already, or Redis is gone: campaign again
-		}
-		code, err := runLeading(lead, lctx, key, info.Term, command, *grace, stdout, stderr)
+		term := padlock.LeadershipFromContext(lead).Term()
+		code, err := runLeading(lead, key, term, command, *grace, stdout, stderr)
 		last = code
+		if err == nil && lctx.Err() == nil {
+			last = -1 // stopped for the lost leadership: it says nothing of how padlock ends
+		}
 		return err
 	})
 	stopLead()
@@ -171,17 +171,19 @@ var (
 	errCannotStart = errors.New("the command could not be started")
 )
 
-// runLeading runs command while lead lasts. When lead ends because stop
-// ended (a signal), it sends SIGTERM and waits; when the leadership was
-// lost, SIGTERM, then SIGKILL after grace. It returns the command's exit
-// status, and errExited when the command exited by itself (Lead then
-// resigns and returns), nil when it was stopped because the leadership
-// ended (Lead campaigns again, or returns if stop ended).
-func runLeading(lead, stop context.Context, key string, term int64, command []string, grace time.Duration, stdout, stderr io.Writer) (int, error) {
+// runLeading runs command while lead lasts. When lead ends (a signal, or
+// the leadership was lost), it sends SIGTERM to the command's process
+// group, then SIGKILL after grace. It returns the command's exit status,
+// and errExited when the command exited by itself (Lead then resigns and
+// returns), nil when it was stopped because lead ended (Lead campaigns
+// again, or returns after a signal). The command is killed if padlock
+// dies (see killWithParent), so that it never outlives the leadership.
+func runLeading(lead context.Context, key string, term int64, command []string, grace time.Duration, stdout, stderr io.Writer) (int, error) {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.Env = append(os.Environ(), "PADLOCK_KEY="+key, fmt.Sprintf("PADLOCK_TERM=%d", term))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	killWithParent(cmd.SysProcAttr)
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(stderr, "padlock: cannot run %s: %v\n", command[0], err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -200,12 +202,12 @@ func runLeading(lead, stop context.Context, key string, term int64, command []st
 		return status(cmd.ProcessState), errExited
 	case <-lead.Done():
 	}
-	group(syscall.SIGTERM)
-	if stop.Err() == nil {
-		fmt.Fprintf(stderr, "padlock: leadership of %s lost (%v); terminating the command\n", key, context.Cause(lead))
-		kill := time.AfterFunc(grace, func() { group(syscall.SIGKILL) })
-		defer kill.Stop()
+	if cause := context.Cause(lead); !errors.Is(cause, context.Canceled) {
+		fmt.Fprintf(stderr, "padlock: leadership of %s lost (%v); terminating the command\n", key, cause)
 	}
+	group(syscall.SIGTERM)
+	kill := time.AfterFunc(grace, func() { group(syscall.SIGKILL) })
+	defer kill.Stop()
 	<-exited
 	return status(cmd.ProcessState), nil
 }

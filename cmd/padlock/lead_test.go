@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -82,8 +83,9 @@ func TestLead(t *testing.T) {
 	assert.Contains(t, r.stdout, "lead:cron: host-1 (term "+strconv.FormatInt(term1, 10)+", ")
 
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
-	require.NoError(t, syscall.Kill(-pid1, syscall.SIGKILL)) // its command, in a group of its own
 	killed := time.Now()
+	assert.Eventually(t, func() bool { return gone(pid1) }, time.Second, 10*time.Millisecond,
+		"the command dies with its padlock")
 	term2, pid2, ok := second.leading(3 * time.Second)
 	require.True(t, ok, "the second takes over")
 	assert.Less(t, time.Since(killed), 2*time.Second, "within ttl + 1s")
@@ -100,7 +102,15 @@ func TestLead(t *testing.T) {
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit)
 	assert.Equal(t, 3, exit.ExitCode(), "the command's status")
-	assert.ErrorIs(t, syscall.Kill(pid2, 0), syscall.ESRCH, "its command is gone")
+	assert.True(t, gone(pid2), "its command is gone")
+
+	// A signal while it waits to lead: 128 + the signal, nothing ran.
+	fourth := startLead(t, s.url, "lead:cron", "host-4")
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, fourth.cmd.Process.Signal(syscall.SIGINT))
+	err = fourth.cmd.Wait()
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 128+int(syscall.SIGINT), exit.ExitCode())
 }
 
 func TestLeaderJSONAndWatch(t *testing.T) {
@@ -144,4 +154,17 @@ func TestLeaderJSONAndWatch(t *testing.T) {
 	}
 	r = padlockRun(t, "redis://127.0.0.1:1", "leader", "k")
 	assert.Equal(t, 69, r.code)
+}
+
+// gone reports whether the process pid has exited: it does not exist, or
+// it is a zombie that its new parent has not reaped yet.
+func gone(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return syscall.Kill(pid, 0) == syscall.ESRCH
+	}
+	// The state follows the command name in parentheses.
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
