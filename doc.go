@@ -10,10 +10,13 @@
 // On one Redis server (or one primary), while a lock's ttl has not run out,
 // at most one Lock holds it. Every lock has a ttl, so a holder that dies
 // frees it when the ttl runs out. Only the holder of a lock's random token
-// (128 bits from crypto/rand) can release or extend it: Release, Extend and
+// (122 random bits from crypto/rand, unless chosen) can release or extend it: Release, Extend and
 // TTL compare the token inside one Lua script, and never touch another
 // holder's lock; Extend never brings back a lock that has expired. TryAcquire,
-// Release, Extend and TTL cost one round trip each.
+// Release, Extend and TTL cost one round trip each. WithToken lets the
+// caller choose the token (a job id), Client.Resume picks a lock up by its
+// token in another process, and Client.Break ends a stuck lock for an
+// operator, advancing its fence counter.
 //
 // Acquire waits without polling, and a lock changes hands in one round
 // trip. Every kind of lock (a lock, a semaphore's place, a shared hold,
@@ -58,6 +61,10 @@
 // and WithShared takes a shared hold of a reader-writer lock (any number
 // of shared holders, or one exclusive holder; writers first). Each holder
 // gets a Lock of its own, with the same guarantees.
+//
+// Client.Campaign, Leader, Observe and Lead elect one leader among the
+// instances: a fenced lock kept alive, whose fence is the leader's term and
+// whose metadata is the value everyone reads.
 //
 // Release ignores the cancellation of its context, so that
 // defer lock.Release(ctx) with a request's context is safe, and a release
