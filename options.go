@@ -70,7 +70,10 @@ func WithFencing() Option {
 // The earlier Lock still holds it too: Release, Extend and TTL compare the
 // token, not the metadata stored beside it.
 //
-// The fence of a lock taken again is the key's fencing counter, which is
+// A token holds a key as one kind: taken again as another (WithShared,
+// WithLimit, or neither, where it holds the key otherwise), it is another
+// holder, and waits for the first. The fence of a lock taken again is the
+// key's fencing counter, which is
 // the holder's fence only if it was taken with WithFencing: take a lock
 // with a chosen token fenced every time, or never.
 //
