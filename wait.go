@@ -230,7 +230,10 @@ func (c *Client) tryQueued(ctx context.Context, l *Lock) (time.Duration, error) 
 // runWait runs wait.lua for l with a ticket that lives life (0: a try),
 // as w (nil for a try).
 func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Duration) (int64, time.Duration, error) {
-	mode, ticket := "new", ""
+	mode, ticket, chosen := "new", "", ""
+	if l.chosenToken() {
+		chosen = "chosen"
+	}
 	if w != nil {
 		c.notify.mu.Lock()
 		if w.queued {
@@ -245,7 +248,7 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 	sent := time.Now()
 	var reply []any
 	d, err := l.attemptWith(ctx, func(r doer) *redis.Cmd {
-		cmd := waitScript.Run(ctx, r, l.queueKeys(), ticket, life.Milliseconds(), mode)
+		cmd := waitScript.Run(ctx, r, l.queueKeys(), ticket, life.Milliseconds(), mode, chosen)
 		reply, _ = cmd.Slice()
 		return cmd
 	})

@@ -3,7 +3,9 @@
 -- for every key. ARGV[1] the caller's ticket (as grant.lua's parse reads
 -- them); ARGV[2] how long a ticket lives, in ms, 0 for one try (no
 -- queueing); ARGV[3] 'new' for the first attempt of a wait, 'keep' once
--- the caller has a ticket.
+-- the caller has a ticket; ARGV[4] 'chosen' when the caller chose its
+-- token (WithToken), so that it may come back: holding the key with other
+-- metadata, or after it left.
 --
 -- Returns {1, fence, grants...} when the caller holds the lock now (it
 -- was free, handed to it, or its own earlier attempt took it); {0, ms,
@@ -20,11 +22,12 @@ local K, Q = KEYS[1], KEYS[2]
 local P = prefix(Q)
 local ticket = P .. 't:' .. w.tok
 local t = now()
+local chosen = ARGV[4] == 'chosen'
 
 -- held returns the caller's fence if it holds the lock now (renewing it
--- for its ttl), else nil.
--- The same token is the same holder (see WithToken): its value is set
--- anew, with this call's metadata.
+-- for its ttl), else nil. The same token is the same holder: its value is
+-- set anew, with this call's metadata (only a chosen token can hold with
+-- other metadata).
 local function held()
   if w.k == 'x' or w.k == 'm' then
     for i = 1, #KEYS, 2 do
@@ -36,7 +39,12 @@ local function held()
     return 0
   end
   local H = holders(K, P, w.k)
-  local v = member(H, w.tok, t)
+  local v = w.v
+  local exp = redis.call('ZSCORE', H, v)
+  if not exp or tonumber(exp) <= t then
+    v = nil
+    if chosen then v = member(H, w.tok, t) end
+  end
   if not v then return nil end
   if v ~= w.v then redis.call('ZREM', H, v) end
   redis.call('ZADD', H, t + w.ttl, w.v)
@@ -69,9 +77,8 @@ if fence then
   return {1, fence}
 end
 local tk = redis.call('GET', ticket)
--- A new wait under a token that left before (only a chosen token comes
--- back, see WithToken) starts afresh.
-if tk == '-' and ARGV[3] == 'new' then tk = false end
+-- A new wait under a chosen token that left before starts afresh.
+if tk == '-' and chosen and ARGV[3] == 'new' then tk = false end
 if tk == '-' or (ARGV[3] == 'keep' and not tk) then return {4, 0} end
 
 -- Serve those queued first: a holder may have expired.
