@@ -315,14 +315,22 @@ func (l *Lock) reestablish(i int, r nodeResult, deadline time.Time) {
 // redlockTTL is the ttl a quorum still guarantees: the quorum-th longest
 // among the nodes that hold the lock; -3 if fewer than a quorum do.
 func (l *Lock) redlockTTL(ctx context.Context) (int64, error) {
-	c := l.c
 	script, keys, args := l.pttlCall()
+	return l.c.quorumPTTL(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+		return script.Run(ctx, r, keys, args...).Int64()
+	})
+}
+
+// quorumPTTL runs pttl (a node's time left on a lock, negative if the
+// node does not hold it) on every node, and returns the time a quorum
+// still guarantees: the quorum-th longest among the nodes that hold it;
+// -3 if fewer than a quorum do, or an error if too many could not answer
+// to tell.
+func (c *Client) quorumPTTL(ctx context.Context, ttl time.Duration, pttl func(ctx context.Context, r redis.UniversalClient) (int64, error)) (int64, error) {
 	var ttls []int64
 	var errs []error
 	holding, not := 0, 0
-	for _, r := range c.onNodes(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		return script.Run(ctx, r, keys, args...).Int64()
-	}, func(r nodeResult) bool {
+	for _, r := range c.onNodes(ctx, ttl, pttl, func(r nodeResult) bool {
 		switch {
 		case r.err != nil:
 		case r.n >= 0:

@@ -139,58 +139,33 @@ func (c *Client) Break(ctx context.Context, key string) (LockInfo, error) {
 
 // redlockResume is Resume on a Redlock Client: the lock, if token holds
 // it on a quorum of the nodes, with the ttl the quorum still guarantees
-// (see redlockTTL).
+// (see quorumPTTL).
 func (c *Client) redlockResume(ctx context.Context, key, token string, opts []Option) (*Lock, error) {
 	sent := time.Now()
 	var mu sync.Mutex
-	values := make([]string, len(c.nodes))
-	holding, not := 0, 0
-	res := c.onNodes(ctx, resumeNodeTTL, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+	value := "" // what a node that holds it holds
+	ms, err := c.quorumPTTL(ctx, resumeNodeTTL, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		reply, err := resumeScript.Run(ctx, r, []string{key}, token).Slice()
 		if err != nil || len(reply) != 5 {
 			return -3, err
 		}
-		v, _ := reply[1].(string)
-		ms, _ := reply[2].(int64)
 		mu.Lock()
-		values[slices.Index(c.nodes, r)] = v
+		value, _ = reply[1].(string)
 		mu.Unlock()
+		ms, _ := reply[2].(int64)
 		return ms, nil
-	}, func(r nodeResult) bool {
-		switch {
-		case r.err != nil:
-		case r.n > 0:
-			holding++
-		default:
-			not++
-		}
-		return holding >= c.quorum() || not > len(c.nodes)-c.quorum()
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	var ttls []int64
-	var errs []error
-	value := ""
-	for i, r := range res {
-		switch {
-		case r.err != nil:
-			errs = append(errs, r.err)
-		case r.n > 0:
-			ttls = append(ttls, r.n)
-			value = values[i]
-		}
-	}
-	if len(ttls) < c.quorum() {
-		if len(ttls)+len(errs) >= c.quorum() {
-			return nil, opError("resume", key, errors.Join(errs...))
-		}
+	switch {
+	case err != nil:
+		return nil, opError("resume", key, err)
+	case ms < 1:
 		return nil, fmt.Errorf("%w: %q is not held by token %q on a quorum of the nodes", ErrNotHeld, key, token)
 	}
-	slices.Sort(ttls)
-	slices.Reverse(ttls)
+	mu.Lock()
 	_, meta := splitValue(value)
+	mu.Unlock()
 	opts = append(opts[:len(opts):len(opts)], WithToken(token), WithMetadata(meta), resumedAs("x", 0, false))
-	l, _, err := c.newLock(ctx, key, time.Duration(ttls[c.quorum()-1])*time.Millisecond, opts)
+	l, _, err := c.newLock(ctx, key, time.Duration(ms)*time.Millisecond, opts)
 	if err != nil {
 		return nil, err
 	}
