@@ -17,8 +17,8 @@ if F and redis.call('EXISTS', F) == 1 then redis.call('INCR', F) end
 redis.call('DEL', K)
 if KEYS[3] then redis.call('DEL', KEYS[3], KEYS[5]) end
 -- Waiters on the attempt path (Redlock, keys with a brace but no hash
--- tag) attempt when they hear this.
-announce(K, 'released')
+-- tag) attempt when they hear this, sharded or plain (as release_many.lua).
+pcall(redis.call, 'SPUBLISH', K, 'released')
 pcall(redis.call, 'PUBLISH', K, 'released')
 local out = {before}
 if Q then
