@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
@@ -97,20 +95,14 @@ func leadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fset, args); !ok {
 		return code
 	}
-	rest := fset.Args()
-	if len(rest) >= 2 && rest[1] == "--" {
-		rest = append(rest[:1:1], rest[2:]...)
-	}
+	key, command, ok := keyAndCommand(fset, "lead", stderr)
 	switch {
-	case len(rest) < 2:
-		fmt.Fprintln(stderr, "padlock lead: need KEY -- COMMAND")
-		fset.Usage()
+	case !ok:
 		return exitUsage
 	case *grace < 0:
 		fmt.Fprintln(stderr, "padlock lead: -grace cannot be negative")
 		return exitUsage
 	}
-	key, command := rest[0], rest[1:]
 	rdb, err := dial(*redisURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "padlock lead: %v\n", err)
@@ -176,27 +168,13 @@ var (
 // group, then SIGKILL after grace. It returns the command's exit status,
 // and errExited when the command exited by itself (Lead then resigns and
 // returns), nil when it was stopped because lead ended (Lead campaigns
-// again, or returns after a signal). The command is killed if padlock
-// dies (see killWithParent), so that it never outlives the leadership.
+// again, or returns after a signal).
 func runLeading(lead context.Context, key string, term int64, command []string, grace time.Duration, stdout, stderr io.Writer) (int, error) {
-	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(), "PADLOCK_KEY="+key, fmt.Sprintf("PADLOCK_TERM=%d", term))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	killWithParent(cmd.SysProcAttr)
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "padlock: cannot run %s: %v\n", command[0], err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound, errCannotStart
-		}
-		return exitCannotRun, errCannotStart
+	cmd, exited, code := startCommand(command, []string{"PADLOCK_KEY=" + key, fmt.Sprintf("PADLOCK_TERM=%d", term)}, stdout, stderr)
+	if cmd == nil {
+		return code, errCannotStart
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	group := func(sig syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, sig) }
+	group := func(sig syscall.Signal) { signalGroup(cmd, sig) }
 	select {
 	case <-exited:
 		return status(cmd.ProcessState), errExited

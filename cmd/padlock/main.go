@@ -26,7 +26,8 @@
 //	127 the command was not found
 //
 // A command killed by a signal exits with 128 plus the signal's number, as
-// in a shell.
+// in a shell. The command runs in a process group of its own and, on
+// Linux, is killed if padlock is (run and lead alike).
 //
 // acquire, extend and release are for shell scripts whose lock outlives
 // one command (a CI pipeline that locks a deployment in its first job and

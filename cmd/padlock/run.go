@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -37,14 +38,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fset, args); !ok {
 		return code
 	}
-	rest := fset.Args()
-	if len(rest) >= 2 && rest[1] == "--" {
-		rest = append(rest[:1:1], rest[2:]...)
-	}
+	key, command, ok := keyAndCommand(fset, "run", stderr)
 	switch {
-	case len(rest) < 2:
-		fmt.Fprintln(stderr, "padlock run: need KEY -- COMMAND")
-		fset.Usage()
+	case !ok:
 		return exitUsage
 	case *conflictExit < 0 || *conflictExit > 255:
 		fmt.Fprintf(stderr, "padlock run: -conflict-exit %d is not an exit status (0-255)\n", *conflictExit)
@@ -53,7 +49,6 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "padlock run: -wait and -grace cannot be negative")
 		return exitUsage
 	}
-	key, command := rest[0], rest[1:]
 
 	rdb, err := dial(*redisURL)
 	if err != nil {
@@ -179,30 +174,17 @@ func holder(locks *padlock.Client, key string) string {
 func runLocked(ctx context.Context, lock *padlock.Lock, command []string, fence bool, grace time.Duration,
 	sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	defer release(lock, stderr)
-	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(), "PADLOCK_KEY="+lock.Key(), "PADLOCK_TOKEN="+lock.Token())
+	env := []string{"PADLOCK_KEY=" + lock.Key(), "PADLOCK_TOKEN=" + lock.Token()}
 	if fence {
-		cmd.Env = append(cmd.Env, "PADLOCK_FENCE="+strconv.FormatInt(lock.Fence(), 10))
+		env = append(env, "PADLOCK_FENCE="+strconv.FormatInt(lock.Fence(), 10))
 	}
-	// Its own process group, so that losing the lock ends the whole tree.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-
 	kctx, stop := lock.KeepAlive(ctx)
 	defer stop()
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "padlock: cannot run %s: %v\n", command[0], err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotRun
+	cmd, exited, code := startCommand(command, env, stdout, stderr)
+	if cmd == nil {
+		return code
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	group := func(sig syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, sig) }
+	group := func(sig syscall.Signal) { signalGroup(cmd, sig) }
 
 	lost := kctx.Done()
 	for {
@@ -246,3 +228,48 @@ func release(lock *padlock.Lock, stderr io.Writer) {
 		fmt.Fprintf(stderr, "padlock: release %s: %v (it expires by its TTL)\n", lock.Key(), err)
 	}
 }
+
+// keyAndCommand reads KEY [--] COMMAND [ARGS...] from fset's arguments;
+// ok is false, said on stderr, when there is no command.
+func keyAndCommand(fset *flag.FlagSet, verb string, stderr io.Writer) (key string, command []string, ok bool) {
+	rest := fset.Args()
+	if len(rest) >= 2 && rest[1] == "--" {
+		rest = append(rest[:1:1], rest[2:]...)
+	}
+	if len(rest) < 2 {
+		fmt.Fprintf(stderr, "padlock %s: need KEY -- COMMAND\n", verb)
+		fset.Usage()
+		return "", nil, false
+	}
+	return rest[0], rest[1:], true
+}
+
+// startCommand starts command with env added to padlock's own, in a
+// process group of its own (so that ending the group ends the whole tree;
+// the command cannot read from a terminal), killed if padlock dies (see
+// killWithParent), so that it never outlives the lock. It returns the
+// command and a channel closed once it has exited; or a nil command and
+// the exit status for a command that could not start, said on stderr.
+func startCommand(command, env []string, stdout, stderr io.Writer) (*exec.Cmd, <-chan struct{}, int) {
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	killWithParent(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "padlock: cannot run %s: %v\n", command[0], err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, exitNotFound
+		}
+		return nil, nil, exitCannotRun
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	return cmd, exited, 0
+}
+
+// signalGroup sends sig to the process group of cmd.
+func signalGroup(cmd *exec.Cmd, sig syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, sig) }

@@ -152,3 +152,19 @@ func TestVerbsBadUse(t *testing.T) {
 		assert.Equal(t, 69, r.code, fmt.Sprintf("%v: %s", args, r.stderr))
 	}
 }
+
+// A command of 'padlock run' does not outlive a padlock that is killed
+// (SIGKILL): its lock then expires, and another host may run the job.
+func TestRunCommandDiesWithPadlock(t *testing.T) {
+	s := startRedis(t)
+	cmd := padlockCmd(t, s.url, "run", "-ttl", "1s", "lock:orphan", "--", "sh", "-c", `echo $$; while :; do sleep 0.05; done`)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var pid int
+	_, err = fmt.Fscan(stdout, &pid)
+	require.NoError(t, err)
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	assert.Eventually(t, func() bool { return gone(pid) }, time.Second, 10*time.Millisecond, "the command died with padlock")
+}
