@@ -72,14 +72,11 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fset.Usage()
 		return exitUsage
 	}
-	rdb, err := dial(*redisURL)
-	if err != nil {
-		fmt.Fprintf(stderr, "padlock doctor: %v\n", err)
-		return exitUsage
+	c, done, code := client(*redisURL, "doctor", stderr)
+	if c == nil {
+		return code
 	}
-	defer rdb.Close()
-	c := padlock.New(rdb)
-	defer c.Close()
+	defer done()
 
 	report, err := c.Check(ctx, *key)
 	switch {

@@ -46,14 +46,13 @@ func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fset.Usage()
 		return exitUsage
 	}
-	rdb, err := dial(*redisURL)
-	if err != nil {
-		fmt.Fprintf(stderr, "padlock inspect: %v\n", err)
-		return exitUsage
+	locks, done, code := client(*redisURL, "inspect", stderr)
+	if locks == nil {
+		return code
 	}
-	defer rdb.Close()
+	defer done()
 
-	info, err := padlock.New(rdb).Inspect(ctx, fset.Arg(0))
+	info, err := locks.Inspect(ctx, fset.Arg(0))
 	switch {
 	case errors.Is(err, padlock.ErrInvalid):
 		fmt.Fprintf(stderr, "padlock inspect: %v\n", err)

@@ -67,6 +67,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/padlock-go/padlock"
 )
 
 // Exit statuses.
@@ -200,6 +202,21 @@ func dial(rawURL string) (*redis.Client, error) {
 	setDialerRetries(opt, 1)
 	opt.MaxRetries = 1
 	return redis.NewClient(opt), nil
+}
+
+// client makes the Client of a verb, and what closes it; nil and the exit
+// status if the URL is bad.
+func client(redisURL, verb string, stderr io.Writer) (*padlock.Client, func(), int) {
+	rdb, err := dial(redisURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "padlock %s: %v\n", verb, err)
+		return nil, nil, exitUsage
+	}
+	locks := padlock.New(rdb)
+	return locks, func() {
+		_ = locks.Close() // the lock stays held: Close releases nothing
+		_ = rdb.Close()
+	}, 0
 }
 
 // takeSkipVerify removes the skip_verify=true|false query parameter from a

@@ -211,21 +211,6 @@ func failure(verb, key string, err error, stderr io.Writer) (int, bool) {
 	return exitUnavailable, true
 }
 
-// client makes the Client of a verb, and what closes it; nil and the exit
-// status if the URL is bad.
-func client(redisURL, verb string, stderr io.Writer) (*padlock.Client, func(), int) {
-	rdb, err := dial(redisURL)
-	if err != nil {
-		fmt.Fprintf(stderr, "padlock %s: %v\n", verb, err)
-		return nil, nil, exitUsage
-	}
-	locks := padlock.New(rdb)
-	return locks, func() {
-		_ = locks.Close() // the lock stays held: Close releases nothing
-		_ = rdb.Close()
-	}, 0
-}
-
 // isSet reports whether the flag name was given.
 func isSet(fset *flag.FlagSet, name string) bool {
 	set := false
