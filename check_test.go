@@ -465,7 +465,7 @@ func TestCheckMoreFindings(t *testing.T) {
 			defer close(done)
 			_, _ = padlock.New(srv.Client()).Acquire(wctx, "lock:waited", time.Minute)
 		}()
-		require.Eventually(t, func() bool { i, _ := c.Inspect(ctx, "lock:waited"); return i.Waiting == 1 }, 5*time.Second, 5*time.Millisecond)
+		waitForOn(t, c, "lock:waited", 1)
 		require.NoError(t, held.Release(ctx)) // the waiter gets it; now take it back and keep one waiting
 		cancel()
 		<-done
@@ -476,7 +476,7 @@ func TestCheckMoreFindings(t *testing.T) {
 		wctx, cancel = context.WithCancel(ctx)
 		defer cancel()
 		go func() { _, _ = c.Acquire(wctx, "lock:waited2", time.Minute) }()
-		require.Eventually(t, func() bool { i, _ := c.Inspect(ctx, "lock:waited2"); return i.Waiting == 1 }, 5*time.Second, 5*time.Millisecond)
+		waitForOn(t, c, "lock:waited2", 1)
 		require.NoError(t, h2.Release(ctx))
 		// Released with the waiter handed the lock: held. Drop the fence
 		// question: an unfenced key with only a waiter must count as in use.

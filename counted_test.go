@@ -332,10 +332,7 @@ func TestSharedWaitingWriterGoesFirst(t *testing.T) {
 			assert.NoError(t, w.Release(e.ctx))
 		}
 	})
-	require.Eventually(t, func() bool {
-		info, err := e.c.Inspect(e.ctx, e.key)
-		return err == nil && info.Waiting == 1
-	}, 5*time.Second, 5*time.Millisecond, "the writer waits")
+	waitFor(t, e, 1)
 	_, err = e.c.TryAcquire(e.ctx, e.key, time.Second, padlock.WithShared())
 	require.ErrorIs(t, err, padlock.ErrNotAcquired, "a new shared hold waits behind the writer")
 

@@ -92,10 +92,7 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 		}
 		got <- l
 	}()
-	require.Eventually(t, func() bool {
-		info, err := e.c.Inspect(e.ctx, e.key)
-		return err == nil && info.Waiting == 1
-	}, 5*time.Second, 5*time.Millisecond)
+	waitFor(t, e, 1)
 	resigned := time.Now()
 	require.NoError(t, first.Resign(e.ctx))
 	var next *padlock.Leadership
@@ -213,10 +210,7 @@ func TestObserve(t *testing.T) {
 		}
 		waiting <- l
 	}()
-	require.Eventually(t, func() bool {
-		info, err := e.c.Inspect(e.ctx, e.key)
-		return err == nil && info.Waiting == 1
-	}, 5*time.Second, 5*time.Millisecond)
+	waitFor(t, e, 1)
 	require.NoError(t, a.Resign(e.ctx))
 	b := <-waiting
 	s = next("b")
@@ -279,10 +273,7 @@ func TestLead(t *testing.T) {
 		}
 		got <- l
 	}()
-	require.Eventually(t, func() bool {
-		info, err := e.c.Inspect(e.ctx, e.key)
-		return err == nil && info.Waiting == 1
-	}, 5*time.Second, 5*time.Millisecond)
+	waitFor(t, e, 1)
 	stopped := time.Now()
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
@@ -322,10 +313,7 @@ func TestElectionOnClusterAndReplicas(t *testing.T) {
 			}
 			got <- l
 		}()
-		require.Eventually(t, func() bool {
-			info, err := o.Inspect(ctx, key)
-			return err == nil && info.Waiting == 1
-		}, 5*time.Second, 5*time.Millisecond, key)
+		waitForOn(t, o, key, 1)
 		require.NoError(t, la.Resign(ctx))
 		lb := <-got
 		s := <-states

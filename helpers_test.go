@@ -124,12 +124,11 @@ func (e *env) pttl(key string) time.Duration {
 // counter is a go-redis hook that counts round trips (a pipeline is one)
 // and the commands sent.
 type counter struct {
-	mu    sync.Mutex
-	trips int
-	cmds  []string
+	passHook // dials and pipelines pass through
+	mu       sync.Mutex
+	trips    int
+	cmds     []string
 }
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -192,4 +191,13 @@ func padlockGoroutines() int {
 		}
 	}
 	return count
+}
+
+// passHook is the part of a go-redis hook that lets dials and pipelines
+// through: a test hook embeds it and adds its ProcessHook.
+type passHook struct{}
+
+func (passHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (passHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -76,14 +76,11 @@ func TestAcquireRetrySeesItsOwnToken(t *testing.T) {
 // replay is a hook that runs the first successful script call twice, as a
 // server sees a command that a client retried after losing its reply.
 type replay struct {
-	mu   sync.Mutex
-	done bool
+	passHook // dials and pipelines pass through
+	mu       sync.Mutex
+	done     bool
 }
 
-func (r *replay) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *replay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (r *replay) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if err := next(ctx, cmd); err != nil || !isScript(cmd) || !r.first() {
@@ -108,15 +105,12 @@ func isScript(cmd redis.Cmder) bool {
 // lostReply is a hook that runs the first successful script call, then
 // reports a network error instead of its reply.
 type lostReply struct {
+	passHook // dials and pipelines pass through
 	replay
 }
 
 var errLostReply = errors.New("test: reply lost")
 
-func (r *lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (r *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if err := next(ctx, cmd); err != nil || !isScript(cmd) || !r.first() {

@@ -26,12 +26,12 @@ type ctxMark struct{}
 // markSeen is a go-redis hook that records whether the commands it sees
 // carry ctxMark in their context, and whether that context was done.
 type markSeen struct {
+	passHook    // dials and pipelines pass through
 	mu          sync.Mutex
 	marked, all int
 	done        int
 }
 
-func (m *markSeen) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (m *markSeen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		m.mu.Lock()
@@ -45,9 +45,6 @@ func (m *markSeen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		m.mu.Unlock()
 		return next(ctx, cmd)
 	}
-}
-func (m *markSeen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // `defer lock.Release(reqCtx)` with a request context that is over by then
@@ -233,8 +230,9 @@ func TestReleaseRetryNeverDeletesAnotherHolder(t *testing.T) {
 
 // releaseCounter counts release scripts that Redis answered.
 type releaseCounter struct {
-	mu sync.Mutex
-	n  int
+	passHook // dials and pipelines pass through
+	mu       sync.Mutex
+	n        int
 }
 
 var releaseSHA = padlock.ReleaseScriptSHA
@@ -245,7 +243,6 @@ func (r *releaseCounter) landed() int {
 	return r.n
 }
 
-func (r *releaseCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (r *releaseCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
@@ -256,9 +253,6 @@ func (r *releaseCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return err
 	}
-}
-func (r *releaseCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // Pending releases cost no goroutine each; Close abandons them and leaves

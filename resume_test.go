@@ -218,10 +218,7 @@ func TestBreak(t *testing.T) {
 		}
 		got <- l
 	}()
-	require.Eventually(t, func() bool {
-		info, err := e.c.Inspect(e.ctx, e.key)
-		return err == nil && info.Waiting == 1
-	}, 5*time.Second, 5*time.Millisecond)
+	waitFor(t, e, 1)
 
 	operator := padlock.New(e.raw)
 	broke := time.Now()

@@ -207,23 +207,26 @@ func TestAcquireCancelledWhileHandedTheLock(t *testing.T) {
 // waitFor waits until n clients wait in Redis for e.key.
 func waitFor(t *testing.T, e *env, n int) {
 	t.Helper()
+	waitForOn(t, e.c, e.key, n)
+}
+
+// waitForOn waits until n clients wait in Redis for key, as c sees it.
+func waitForOn(t *testing.T, c *padlock.Client, key string, n int) {
+	t.Helper()
 	require.Eventually(t, func() bool {
-		info, err := e.c.Inspect(e.ctx, e.key)
+		info, err := c.Inspect(t.Context(), key)
 		return err == nil && info.Waiting == n
-	}, 5*time.Second, 5*time.Millisecond, "%d waiters queued", n)
+	}, 5*time.Second, 5*time.Millisecond, "%d waiters of %q queued", n, key)
 }
 
 // cancelOnAcquire is a hook that, when an acquire script succeeds, cancels
 // the caller's context and reports the cancellation instead of the reply.
 type cancelOnAcquire struct {
-	cancel context.CancelFunc
-	fired  atomic.Bool
+	passHook // dials and pipelines pass through
+	cancel   context.CancelFunc
+	fired    atomic.Bool
 }
 
-func (h *cancelOnAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *cancelOnAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (h *cancelOnAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)

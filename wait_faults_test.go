@@ -18,16 +18,13 @@ import (
 // prefix and whose mode is "new", once: after it ran, it sleeps delay, or
 // (lose) reports a lost reply.
 type probeHook struct {
-	prefix string
-	delay  time.Duration
-	lose   bool
-	fired  atomic.Bool
+	passHook // dials and pipelines pass through
+	prefix   string
+	delay    time.Duration
+	lose     bool
+	fired    atomic.Bool
 }
 
-func (h *probeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *probeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (h *probeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)

@@ -21,15 +21,12 @@ import (
 // holdRelease is a go-redis hook that holds back the first release script
 // until let is closed, after telling held.
 type holdRelease struct {
-	fired atomic.Bool
-	held  chan struct{}
-	let   chan struct{}
+	passHook // dials and pipelines pass through
+	fired    atomic.Bool
+	held     chan struct{}
+	let      chan struct{}
 }
 
-func (h *holdRelease) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *holdRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (h *holdRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
@@ -102,14 +99,11 @@ func TestAReaderIsNotStuckBehindDeadWriters(t *testing.T) {
 // slowFirstAcquire is a go-redis hook that delays the first successful
 // reply of a script (an acquire, in the test) by delay.
 type slowFirstAcquire struct {
-	fired atomic.Bool
-	delay time.Duration
+	passHook // dials and pipelines pass through
+	fired    atomic.Bool
+	delay    time.Duration
 }
 
-func (h *slowFirstAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *slowFirstAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (h *slowFirstAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
