@@ -44,14 +44,13 @@ type waiter struct {
 	lock  *Lock         // the waiting Lock
 	wake  chan struct{} // attempt now: a release was announced, the head before us gave up, its ticket is gone, Close
 	turn  chan struct{} // it became the first of its key's waiters here
-	grant chan grant    // the one way to wait: the lock was granted to it
+	grant chan grant    // the one way to wait: the lock was granted to it (nil on the attempt path)
 	obs   *Observer     // the waiting Lock's observer, or nil
 
 	token     string // the waiting Lock's token
 	handedOff bool   // its observer was told of a grant
 
 	// The one way to wait (see wait.go).
-	handing   bool      // it waits the one way
 	ticket    string    // its ticket, as the scripts read it
 	queued    bool      // a call found or made its ticket in Redis
 	sent      bool      // a call that may make its ticket was sent (its outcome may be unknown)
@@ -149,14 +148,14 @@ func (c *Client) dequeueLocked(w *waiter, acquired bool) {
 	if i == 0 && len(q.waiters) > 0 {
 		next := q.waiters[0]
 		signal(next.turn)
-		if !acquired && !w.handing {
+		if !acquired && w.grant == nil { // on the attempt path
 			signal(next.wake)
 		}
 	}
 	if len(q.waiters) == 0 {
 		delete(n.queues, w.key)
 		if q.subscribed {
-			c.unsubscribeLocked(w.key)
+			c.unsubscribeLocked()
 		}
 	}
 }
@@ -222,7 +221,7 @@ func (c *Client) trySubscribe(ctx context.Context, key string) error {
 	nodes := c.pubsubNodes()
 	var errs []error
 	for i, node := range nodes {
-		if err := c.subscribeOn(ctx, c.groupOn(i, node, key), node, key, q); err != nil {
+		if err := c.subscribeOn(ctx, groupOn(i), node, key, q); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -244,13 +243,12 @@ func (c *Client) pubsubNodes() []redis.UniversalClient {
 	return []redis.UniversalClient{c.rdb}
 }
 
-// groupOn is the routing group of key's channel on node number i: every
-// channel shares one connection. On a Cluster too: there a Client listens
-// with plain pub/sub, which every node hears (see plainID), so one
-// connection serves every key, and a key whose slot moves is still heard.
-func (c *Client) groupOn(i int, _ redis.UniversalClient, _ string) string {
-	return strconv.Itoa(i) + "/"
-}
+// groupOn is the routing group of the channels on node number i: every
+// channel of a node shares one connection. On a Cluster too: there a
+// Client listens with plain pub/sub, which every node hears (see plainID),
+// so one connection serves every key, and a key whose slot moves is still
+// heard.
+func groupOn(i int) string { return strconv.Itoa(i) + "/" }
 
 // subscribeOn subscribes key's channel on node, in group g.
 func (c *Client) subscribeOn(ctx context.Context, g string, node redis.UniversalClient, key string, q *keyQueue) error {
@@ -370,20 +368,20 @@ func (s *subscriber) read(n *notifier) {
 	}
 }
 
-// unsubscribeLocked is called when key has no waiter here any more. Its
+// unsubscribeLocked is called when a key has no waiter here any more. Its
 // channel stays subscribed (a message on it finds nobody, and nothing is
 // sent under the notifier's mu, which a connection being redialled would
 // hold up); once no key has waiters, the connection closes after
 // subscriberLinger (a key that alternates between free and contended would
 // otherwise dial a connection per hand-off), which drops them all.
 // c.notify.mu must be held.
-func (c *Client) unsubscribeLocked(key string) {
+func (c *Client) unsubscribeLocked() {
 	n := &c.notify
 	if n.anySubscribedLocked() {
 		return
 	}
-	for i, node := range c.pubsubNodes() {
-		g := c.groupOn(i, node, key)
+	for i := range c.pubsubNodes() {
+		g := groupOn(i)
 		if s := n.subs[g]; s != nil && s.idle == nil {
 			s.idle = time.AfterFunc(subscriberLinger, func() { c.closeIdle(g, s) })
 		}

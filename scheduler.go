@@ -356,7 +356,7 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	rdb := s.c.rdb
 	var deadline time.Time
 	locked := b.leases[:0:0]
-	var single []*lease  // WithReplicas or Redlock: one at a time
+	var single []*lease  // WithReplicas or Redlock: each on its own (below)
 	var tickets []*lease // waiters' tickets
 	s.mu.Lock()
 	for _, ls := range b.leases {

@@ -355,7 +355,7 @@ func (l *Lock) releaseQueued(ctx context.Context, r doer, bg bool) (int64, error
 // waiting holds it.
 func (c *Client) addWaiter(l *Lock) (*waiter, error) {
 	w := &waiter{key: l.key, lock: l, obs: l.observer(), wake: make(chan struct{}, 1), turn: make(chan struct{}, 1),
-		grant: make(chan grant, 1), handing: true}
+		grant: make(chan grant, 1)}
 	if m := l.multi(); m != nil {
 		w.key = m[0]
 	}
