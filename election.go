@@ -191,10 +191,6 @@ const observeRetry = 100 * time.Millisecond
 // a nil ctx, an empty key) returns a closed channel.
 func (c *Client) Observe(ctx context.Context, key string) <-chan LeaderInfo {
 	out := make(chan LeaderInfo, 1)
-	if ctx == nil {
-		close(out)
-		return out
-	}
 	if _, err := c.check(ctx, key, time.Millisecond); err != nil || c.notify.isClosed() {
 		close(out)
 		return out
@@ -207,10 +203,7 @@ func (c *Client) Observe(ctx context.Context, key string) <-chan LeaderInfo {
 			if ctx.Err() != nil {
 				return
 			}
-			select {
-			case events <- struct{}{}:
-			default:
-			}
+			signal(events)
 			if err != nil {
 				_ = sleep(ctx, key, observeRetry) // ends early with ctx
 			}

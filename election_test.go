@@ -346,3 +346,18 @@ func TestElectionOnClusterAndReplicas(t *testing.T) {
 	assert.Equal(t, "replicated", strings.SplitN(rr.Get(e.ctx, e.key).Val(), " ", 2)[1], "on the replica when Campaign returned")
 	require.NoError(t, l.Resign(e.ctx))
 }
+
+// Observe with bad input returns a closed channel; so does Leader an
+// error, and Campaign ErrInvalid.
+func TestElectionBadInput(t *testing.T) {
+	e := newMini(t)
+	var noCtx context.Context
+	for _, states := range []<-chan padlock.LeaderInfo{e.c.Observe(noCtx, e.key), e.c.Observe(e.ctx, ""), (*padlock.Client)(nil).Observe(e.ctx, e.key)} {
+		_, open := <-states
+		assert.False(t, open)
+	}
+	_, err := e.c.Leader(e.ctx, "")
+	require.ErrorIs(t, err, padlock.ErrInvalid)
+	_, err = e.c.Campaign(e.ctx, e.key, 0, "x")
+	require.ErrorIs(t, err, padlock.ErrInvalid)
+}
