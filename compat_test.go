@@ -358,14 +358,7 @@ func everyOperation(t *testing.T, s *matrixServer, newRDB func() *redis.Client) 
 		st := <-states
 		assert.Equal(t, "host-a", st.Value)
 		assert.Equal(t, l.Term(), st.Term)
-		waiting := make(chan *padlock.Leadership, 1)
-		go func() {
-			n, err := b.Campaign(ctx, k, 5*time.Second, "host-b")
-			if err != nil {
-				t.Error(err)
-			}
-			waiting <- n
-		}()
+		waiting := campaignLater(t, b, ctx, k, 5*time.Second, "host-b")
 		require.Eventually(t, func() bool { return s.admin.Exists(ctx, k+":{"+k+"}:queue").Val() == 1 },
 			5*time.Second, 5*time.Millisecond, "the candidate queued")
 		require.NoError(t, l.Proclaim(ctx, "host-a2"))

@@ -33,6 +33,20 @@ func candidates(t *testing.T, e *env, n int) []*padlock.Client {
 	return cs
 }
 
+// campaignLater campaigns on c in a goroutine of its own, and sends the
+// Leadership (nil on an error, which fails the test) when it has it.
+func campaignLater(t *testing.T, c *padlock.Client, ctx context.Context, key string, ttl time.Duration, value string) <-chan *padlock.Leadership {
+	got := make(chan *padlock.Leadership, 1)
+	go func() {
+		l, err := c.Campaign(ctx, key, ttl, value)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	return got
+}
+
 // Three candidates run Lead for a few seconds, each giving up the lead
 // after a short term: one leads at a time, and the terms go up.
 func TestElectionOneLeaderAtATime(t *testing.T) {
@@ -84,14 +98,7 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 	first, err := cs[0].Campaign(e.ctx, e.key, 10*time.Second, "a")
 	require.NoError(t, err)
 	assert.Equal(t, "a", first.Value())
-	got := make(chan *padlock.Leadership, 1)
-	go func() {
-		l, err := cs[1].Campaign(e.ctx, e.key, 10*time.Second, "b")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := campaignLater(t, cs[1], e.ctx, e.key, 10*time.Second, "b")
 	waitFor(t, e, 1)
 	resigned := time.Now()
 	require.NoError(t, first.Resign(e.ctx))
@@ -142,15 +149,8 @@ func TestLeaderBlackholed(t *testing.T) {
 	const ttl = time.Second
 	old, err := c.Campaign(e.ctx, e.key, ttl, "old")
 	require.NoError(t, err)
-	got := make(chan *padlock.Leadership, 1)
 	next := candidates(t, e, 1)[0]
-	go func() {
-		l, err := next.Campaign(e.ctx, e.key, ttl, "next")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := campaignLater(t, next, e.ctx, e.key, ttl, "next")
 	time.Sleep(200 * time.Millisecond)
 	p.SetBlackhole(true)
 	cut := time.Now()
@@ -202,14 +202,7 @@ func TestObserve(t *testing.T) {
 	s = next("a2")
 	assert.Equal(t, padlock.LeaderInfo{Value: "a2", Term: a.Term(), TTL: s.TTL}, s)
 
-	waiting := make(chan *padlock.Leadership, 1)
-	go func() {
-		l, err := cs[1].Campaign(e.ctx, e.key, 5*time.Second, "b")
-		if err != nil {
-			t.Error(err)
-		}
-		waiting <- l
-	}()
+	waiting := campaignLater(t, cs[1], e.ctx, e.key, 5*time.Second, "b")
 	waitFor(t, e, 1)
 	require.NoError(t, a.Resign(e.ctx))
 	b := <-waiting
@@ -265,14 +258,7 @@ func TestLead(t *testing.T) {
 		t.Fatal("fn did not run again after the next campaign")
 	}
 
-	got := make(chan *padlock.Leadership, 1)
-	go func() {
-		l, err := cs[1].Campaign(e.ctx, e.key, time.Second, "other")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := campaignLater(t, cs[1], e.ctx, e.key, time.Second, "other")
 	waitFor(t, e, 1)
 	stopped := time.Now()
 	cancel()
@@ -305,14 +291,7 @@ func TestElectionOnClusterAndReplicas(t *testing.T) {
 		la, err := a.Campaign(ctx, key, 5*time.Second, "a")
 		require.NoError(t, err, key)
 		require.Equal(t, "a", (<-states).Value, key)
-		got := make(chan *padlock.Leadership, 1)
-		go func() {
-			l, err := b.Campaign(ctx, key, 5*time.Second, "b")
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
+		got := campaignLater(t, b, ctx, key, 5*time.Second, "b")
 		waitForOn(t, o, key, 1)
 		require.NoError(t, la.Resign(ctx))
 		lb := <-got
