@@ -31,6 +31,20 @@ func findings(r padlock.Report, topic string) []padlock.Finding {
 }
 
 // logReport writes the report to the test log, as padlock doctor would.
+// checkWithout runs Check on "lock:doctor" of a server of its own, as a
+// user with the README's rule but for the permission perm.
+func checkWithout(t *testing.T, perm string) (*matrixServer, padlock.Report) {
+	t.Helper()
+	s := startMatrixServer(t, redistest.Servers(t)[0])
+	rule := slices.DeleteFunc(s.minimalACL(t), func(r string) bool { return r == perm })
+	c := padlock.New(s.user(t, "without-"+perm[1:], rule))
+	defer c.Close()
+	r, err := c.Check(t.Context(), "lock:doctor")
+	require.NoError(t, err)
+	logReport(t, r)
+	return s, r
+}
+
 func logReport(t *testing.T, r padlock.Report) {
 	t.Helper()
 	for _, n := range r.Nodes {
@@ -357,13 +371,7 @@ func TestCheckLeavesAKeyInUseAlone(t *testing.T) {
 // PEXPIRE, so the cycle fails at extend, after it took the lock.
 func TestCheckCleansUpAFailedCycle(t *testing.T) {
 	t.Parallel()
-	s := startMatrixServer(t, redistest.Servers(t)[0])
-	rule := slices.DeleteFunc(s.minimalACL(t), func(r string) bool { return r == "+pexpire" })
-	c := padlock.New(s.user(t, "nopexpire", rule))
-	defer c.Close()
-	r, err := c.Check(t.Context(), "lock:doctor")
-	require.NoError(t, err)
-	logReport(t, r)
+	s, r := checkWithout(t, "+pexpire")
 	cycle := findings(r, "cycle")
 	require.NotEmpty(t, cycle, "the cycle failed")
 	assert.Contains(t, cycle[0].Problem, "extend")
@@ -619,13 +627,7 @@ func TestCheckContextAndCredentials(t *testing.T) {
 // its probes wrote expires by itself.
 func TestCheckWithoutDel(t *testing.T) {
 	t.Parallel()
-	s := startMatrixServer(t, redistest.Servers(t)[0])
-	rule := slices.DeleteFunc(s.minimalACL(t), func(r string) bool { return r == "+del" })
-	c := padlock.New(s.user(t, "nodel", rule))
-	defer c.Close()
-	r, err := c.Check(t.Context(), "lock:doctor")
-	require.NoError(t, err)
-	logReport(t, r)
+	s, r := checkWithout(t, "+del")
 	assert.Empty(t, r.Cycle)
 	require.Len(t, findings(r, "acl"), 1)
 	keys, err := s.admin.Keys(t.Context(), "*").Result()
