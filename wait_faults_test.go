@@ -29,7 +29,7 @@ func (h *probeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		args := cmd.Args()
-		if err == nil && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(args) == 9 && args[7] == "new" {
+		if err == nil && isScript(cmd) && len(args) == 9 && args[7] == "new" {
 			if s, ok := args[5].(string); ok && strings.HasPrefix(s, h.prefix) && h.fired.CompareAndSwap(false, true) {
 				if h.lose {
 					cmd.SetErr(context.DeadlineExceeded)

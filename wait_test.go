@@ -107,7 +107,7 @@ type slowFirstAcquire struct {
 func (h *slowFirstAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && err == nil && h.fired.CompareAndSwap(false, true) {
+		if isScript(cmd) && err == nil && h.fired.CompareAndSwap(false, true) {
 			time.Sleep(h.delay)
 		}
 		return err
