@@ -195,6 +195,7 @@ func mallocs() uint64 {
 type stats struct {
 	cycles  int64
 	elapsed time.Duration
+	cpu     time.Duration // of the procs scenario's child processes, user and system
 	trips   int64
 	calls   int64
 	allocs  uint64
@@ -375,12 +376,15 @@ type childResult struct {
 func procs(addr string) {
 	all := procsRun(addr, 4, 4, impls())
 	fmt.Printf("## Contended across processes: %d processes x %d goroutines, one key, %v hold\n\n", 4, 4, holdFor)
-	fmt.Println("| implementation | cycles/s | p50 wait ms | p99 wait ms | FIFO ideal ms | p99 / ideal |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Println("CPU per cycle: user and system time of the 4 processes, start-up included, over their cycles.")
+	fmt.Println()
+	fmt.Println("| implementation | cycles/s | p50 wait ms | p99 wait ms | FIFO ideal ms | p99 / ideal | CPU µs per cycle |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, name := range names() {
 		if s := all[name]; s != nil {
 			ideal := time.Duration(float64(16) / s.perSec() * float64(time.Second))
-			fmt.Printf("| %s | %.0f | %s | %s | %s | %.2f |\n", name, s.perSec(), ms(s.pct(0.5)), ms(s.pct(0.99)), ms(ideal), float64(s.pct(0.99))/float64(ideal))
+			fmt.Printf("| %s | %.0f | %s | %s | %s | %.2f | %.0f |\n", name, s.perSec(), ms(s.pct(0.5)), ms(s.pct(0.99)), ms(ideal),
+				float64(s.pct(0.99))/float64(ideal), s.per(s.cpu.Microseconds()))
 		}
 	}
 	fmt.Println()
@@ -401,16 +405,19 @@ func procsRun(addr string, processes, goroutines int, list []impl) map[string]*s
 			d := *duration / time.Duration(*rounds)
 			start := time.Now().Add(300*time.Millisecond + time.Duration(processes)*20*time.Millisecond) // after the children are up
 			outs := make([][]byte, processes)
+			cpus := make([]time.Duration, processes)
 			var wg sync.WaitGroup
 			for p := range processes {
 				wg.Go(func() {
-					out, err := exec.Command(self, "-child", "-impl", im.name, "-addr", addr,
+					cmd := exec.Command(self, "-child", "-impl", im.name, "-addr", addr,
 						"-start", strconv.FormatInt(start.UnixNano(), 10), "-duration", d.String(),
-						"-goroutines", strconv.Itoa(goroutines)).Output()
+						"-goroutines", strconv.Itoa(goroutines))
+					out, err := cmd.Output()
 					if err != nil {
 						log.Fatalf("child %s: %v", im.name, err)
 					}
 					outs[p] = out
+					cpus[p] = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 				})
 			}
 			wg.Wait()
@@ -420,6 +427,9 @@ func procsRun(addr string, processes, goroutines int, list []impl) map[string]*s
 				all[im.name] = s
 			}
 			s.elapsed += d
+			for _, c := range cpus {
+				s.cpu += c
+			}
 			for _, out := range outs {
 				var res childResult
 				if err := json.Unmarshal(out, &res); err != nil {
