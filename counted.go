@@ -27,7 +27,10 @@ import (
 // nothing.
 //
 // The key holds a sorted set of the holders' values (token, and metadata),
-// scored by their expiry in ms; it cannot be used as a lock (WRONGTYPE).
+// scored by their expiry in ms: while anyone holds or waits for a place,
+// an Acquire of the key as a lock (exclusive or WithShared) fails with
+// ErrInvalid, as does an Acquire WithLimit of a key held or waited for as
+// a lock, and changes nothing.
 // n under 1, WithShared with WithLimit, a multi-key acquire and a Redlock
 // are ErrInvalid, as is a key with a brace but no hash tag (it can have no
 // side keys for its waiters).

@@ -374,7 +374,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	n, err := l.acquireOn(ctx, r)
 	if err != nil {
 		if mayHaveRun(err) {
-			l.cleanup(ctx)
+			l.undo(ctx)
 		}
 		return 0, opError("acquire", l.key, err)
 	}
@@ -411,7 +411,7 @@ func (l *Lock) acquired(ctx context.Context, sent time.Time, fence int64) error 
 	}
 	l.mu.Unlock()
 	if left < l.ttl*minValidity/100 {
-		l.cleanup(ctx)
+		l.undo(ctx)
 		return fmt.Errorf("%w: %q: taken with only %v of its %v ttl left (the round trip took %v); released",
 			ErrNotAcquired, l.key, max(left, 0), l.ttl, time.Since(sent).Round(time.Millisecond))
 	}
@@ -746,6 +746,16 @@ func (l *Lock) cleanup(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
 	_, _ = l.release(ctx, false)
+}
+
+// undo is cleanup after an acquire whose outcome is unknown or came too
+// late, unless l's token is chosen: the token may have held the key before
+// the call, which then only renewed it, or may hold it in another process,
+// so what the call may have taken is left to the token's holders.
+func (l *Lock) undo(ctx context.Context) {
+	if !l.chosenToken() {
+		l.cleanup(ctx)
+	}
 }
 
 // release runs the release script, and reports 1 if every key was still

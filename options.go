@@ -85,6 +85,16 @@ func WithFencing() Option {
 // "padlock:shared" (the marker of a shared hold); any other token is
 // ErrInvalid. One Acquire at a time may wait with a given token in a
 // Client: a second one that would wait beside it is ErrInvalid.
+//
+// Because the token may already hold the key, an acquire with it that
+// fails without knowing whether Redis ran it (a lost reply, a context that
+// ends during the round trip, a reply that came too late), or that gives
+// up waiting before any reply showed it queued, does not release what it
+// may have taken, as an acquire with a random token does: release it by
+// the token (Client.Resume, then Release) if it must go; else it expires
+// with its ttl. A grant handed to a waiting chosen token is confirmed with
+// one more round trip, since it may have been meant for an earlier wait
+// with the token.
 func WithToken(token string) Option {
 	return optionFunc(func(o *options) { o.token, o.tokenSet = token, true })
 }

@@ -190,7 +190,7 @@ func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, er
 		return 0, l.acquired(ctx, sent, 0)
 	}
 	if took > 0 || len(errs) > 0 {
-		l.cleanup(ctx) // undo the minority, and what the lost replies may have taken
+		l.undo(ctx) // the minority, and what the lost replies may have taken
 	}
 	held := len(c.nodes) - took - len(errs)
 	switch {

@@ -188,7 +188,7 @@ func (l *Lock) attemptWith(ctx context.Context, run func(r doer) *redis.Cmd) (ti
 	}
 	if err != nil {
 		if mayHaveRun(err) {
-			l.cleanup(ctx)
+			l.undo(ctx)
 		}
 		return 0, opError("acquire", l.key, err)
 	}

@@ -59,6 +59,7 @@ const (
 	codeHeld  = 1
 	codeLimit = 3
 	codeGone  = 4
+	codeKind  = 5
 )
 
 // queueWaiting is Acquire for a lock whose waiters queue in Redis.
@@ -68,8 +69,10 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 		return nil, opError("acquire", l.key, err)
 	}
 	defer func() {
-		if c.removeWaiter(w, err == nil) && err != nil {
-			l.leave(ctx)
+		if inRedis, queued := c.removeWaiter(w, err == nil); inRedis && err != nil {
+			// A chosen token that no reply has shown waiting may have held
+			// the key before this call: what it holds stays.
+			l.leave(ctx, l.chosenToken() && !queued)
 		}
 	}()
 	waiting := false // whether the observer was told this call waits
@@ -100,7 +103,7 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 			case code == codeGone:
 				c.retoken(l, w) // its ticket lapsed: queue a new one
 				continue
-			case code == codeLimit:
+			case code == codeLimit, code == codeKind:
 				return nil, err
 			case held && ctx.Err() != nil:
 				return nil, notAcquired(ctx, l.key)
@@ -263,6 +266,12 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 	case code == codeLimit:
 		stored, _ := reply[1].(int64)
 		return code, 0, fmt.Errorf("%w: WithLimit(%d) on %q, whose holders and waiters use WithLimit(%d)", ErrInvalid, l.counted().limit, l.key, stored)
+	case code == codeKind:
+		kind := "a semaphore (WithLimit)"
+		if l.kind() == "n" {
+			kind = "a lock (exclusive or WithShared)"
+		}
+		return code, 0, fmt.Errorf("%w: %q is held or waited for as %s", ErrInvalid, l.key, kind)
 	case code == codeGone:
 		return code, 0, fmt.Errorf("%w: %q: the ticket is gone", ErrNotAcquired, l.key)
 	case code == codeWait && w != nil && life > 0:
@@ -272,10 +281,13 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 }
 
 // handed records a grant of l. It reports whether l may be returned as it
-// is; if not (too little of its validity is left, counted from g.base, or
-// it must wait for replicas), an attempt must confirm it.
+// is; if not (too little of its validity is left, counted from g.base, it
+// must wait for replicas, or its token is chosen), an attempt must confirm
+// it.
 func (l *Lock) handed(g grant) bool {
-	if g.base.IsZero() || l.replicaCount() > 0 {
+	if g.base.IsZero() || l.replicaCount() > 0 || l.chosenToken() {
+		// A chosen token is used again by later waits: a grant to it may
+		// have been meant for an earlier one, and passed on since.
 		return false
 	}
 	l.mu.Lock()
@@ -286,14 +298,19 @@ func (l *Lock) handed(g grant) bool {
 }
 
 // leave takes the waiting l out of its queues in Redis, for good, and
-// passes on what was granted to it meanwhile (see lua/leave.lua). It is
+// passes on what was granted to it meanwhile, unless keep (see
+// lua/leave.lua). It is
 // best effort, on a context of its own: a waiter left behind costs the
 // others at most its ticket's life, and a lock granted to it its ttl.
-func (l *Lock) leave(ctx context.Context) {
+func (l *Lock) leave(ctx context.Context, keep bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCleanupTimeout)
 	defer cancel()
 	sent := time.Now()
-	reply, err := leaveScript.Run(ctx, l.c.rdb, l.queueKeys(), l.ticket(), goneLife.Milliseconds()).Slice()
+	what := "pass"
+	if keep {
+		what = "keep"
+	}
+	reply, err := leaveScript.Run(ctx, l.c.rdb, l.queueKeys(), l.ticket(), goneLife.Milliseconds(), what).Slice()
 	if err == nil && len(reply) > 1 {
 		l.c.deliver(reply[1:], sent, false)
 	}
@@ -377,7 +394,10 @@ func (c *Client) addWaiter(l *Lock) (*waiter, error) {
 		n.tokens = make(map[string]*waiter)
 	}
 	n.tokens[w.token] = w
-	if l.multi() == nil {
+	// A chosen token queues itself: it may find an earlier wait's ticket
+	// (or the mark that it left), which a release could not tell from a
+	// late call.
+	if l.multi() == nil && !l.chosenToken() {
 		for h, until := range q.holders {
 			// Not behind a holder of its own token: that one is itself.
 			if time.Now().Before(until) && sameLimit(h, l) && h.tok() != w.token {
@@ -397,12 +417,13 @@ func sameLimit(a, b *Lock) bool {
 
 // removeWaiter takes w out of this Client's queue and stops renewing its
 // ticket; unless acquired, its Lock does not hold the key. It reports
-// whether w may have a ticket (or a grant) in Redis, which it must leave.
-func (c *Client) removeWaiter(w *waiter, acquired bool) bool {
+// whether w may have a ticket (or a grant) in Redis, which it must leave,
+// and whether a reply showed it queued there.
+func (c *Client) removeWaiter(w *waiter, acquired bool) (inRedis, queued bool) {
 	n := &c.notify
 	n.mu.Lock()
 	w.removed = true
-	inRedis := w.sent || w.queued || w.carried
+	inRedis, queued = w.sent || w.queued || w.carried, w.queued
 	ls := w.lease
 	w.lease = nil
 	delete(n.tokens, w.token)
@@ -414,7 +435,7 @@ func (c *Client) removeWaiter(w *waiter, acquired bool) bool {
 	if ls != nil {
 		c.sched.remove(ls)
 	}
-	return inRedis
+	return inRedis, queued
 }
 
 // wakeKey wakes every waiter of key in this Client to attempt.
@@ -562,7 +583,7 @@ func (c *Client) retoken(l *Lock, w *waiter) {
 	if ls != nil {
 		c.sched.remove(ls)
 	}
-	if !l.chosenToken() { // a chosen token stays: a late grant to it is ours anyway
+	if !l.chosenToken() { // a chosen token stays: a grant to it is confirmed (see handed)
 		l.value = newToken() + l.value[len(l.tok()):]
 		l.args[0] = l.value
 	}

@@ -193,6 +193,15 @@ local function tell(head, w, fence, me, mine)
   end
 end
 
+-- expiresIn is in how many ms what holds K stops keeping out a waiter of
+-- kind ('n': the first of a semaphore's holders), < 0 if nothing does.
+local function expiresIn(K, t, kind)
+  if kind ~= 'n' then return redis.call('PTTL', K) end
+  local first = redis.call('ZRANGE', K, 0, 0, 'WITHSCORES')
+  if first[1] then return tonumber(first[2]) - t end
+  return -1
+end
+
 -- tellHead tells the first waiter of K's queue Q when what keeps it out
 -- expires, in ms, as a grant with the fence -1 - ms (a hint: it is not
 -- granted), so that it looks then if nobody releases. head, when not nil,
@@ -203,13 +212,7 @@ local function tellHead(K, Q, t, me, mine, head, ms)
   local d = redis.call('GET', head)
   if not d or d == '-' then return mine end
   local w = who(d)
-  if w.k == 'n' then
-    ms = -1
-    local first = redis.call('ZRANGE', K, 0, 0, 'WITHSCORES')
-    if first[1] then ms = tonumber(first[2]) - t end
-  elseif ms == nil then
-    ms = redis.call('PTTL', K)
-  end
+  if w.k == 'n' or ms == nil then ms = expiresIn(K, t, w.k) end
   if ms >= 0 then tell(head, w, -1 - ms, me, mine) end
   return mine
 end
@@ -247,4 +250,36 @@ end
 local function serve(K, Q, t, me, mine)
   local _, head, ms = grant(K, Q, t, me, mine)
   return tellHead(K, Q, t, me, mine, head, ms)
+end
+
+-- carry queues the waiters that a release carries, ARGV[from], ARGV[from
+-- + 1], ... (pairs of token and ticket, in their order), at the tail of
+-- the queue Q with tickets that live life ms, unless they left meanwhile.
+-- It returns the tickets it queued.
+local function carry(Q, t, from, life)
+  local P, queued = prefix(Q), {}
+  for i = from, #ARGV, 2 do
+    local ticket = P .. 't:' .. ARGV[i]
+    if redis.call('SET', ticket, ARGV[i + 1], 'PX', life, 'NX') then
+      redis.call('ZADD', Q, 'NX', arrival(t), ticket)
+      queued[#queued + 1] = ARGV[i + 1]
+    end
+  end
+  if ARGV[from] then redis.call('PEXPIRE', Q, QUEUE_LIFE) end
+  return queued
+end
+
+-- tellCarried tells the client's waiters that a release queued (their
+-- tickets) when what keeps them out of K expires, in mine, as hints (see
+-- tellHead): what an attempt would have told them.
+local function tellCarried(K, t, queued, mine)
+  for _, d in ipairs(queued) do
+    local w = who(d)
+    local ms = expiresIn(K, t, w.k)
+    if ms >= 0 then
+      mine[#mine + 1] = w.tok
+      mine[#mine + 1] = -1 - ms
+    end
+  end
+  return mine
 end

@@ -1,8 +1,10 @@
 -- leave.lua: a waiter gives up (see grant.lua). KEYS as in wait.lua;
 -- ARGV[1] its ticket (see grant.lua's parse), ARGV[2] how long Redis remembers that it
--- left (ms). Its ticket becomes '-' (so that no call queues it again),
--- it leaves every queue, and what was granted to it meanwhile is passed
--- on, as a release would. Returns {1 if it passed something on, else 0,
+-- left (ms), ARGV[3] 'keep' or 'pass'. Its ticket becomes '-' (so that no
+-- call queues it again), it leaves every queue, and, with 'pass', what was
+-- granted to it meanwhile is passed on, as a release would ('keep': a
+-- chosen token that may have held the key before it waited keeps it, for
+-- its holders to release). Returns {1 if it passed something on, else 0,
 -- grants...}, grants as in wait.lua.
 --@grant
 local w = parse(ARGV[1])
@@ -13,7 +15,9 @@ local ticket = P .. 't:' .. w.tok
 redis.call('SET', ticket, '-', 'PX', ARGV[2])
 for i = 2, #KEYS, 2 do redis.call('ZREM', KEYS[i], ticket) end
 local out = {0}
-if w.k == 'x' or w.k == 'm' then
+if ARGV[3] == 'keep' then
+  -- keep what the token holds
+elseif w.k == 'x' or w.k == 'm' then
   for i = 1, #KEYS, 2 do
     if redis.call('GET', KEYS[i]) == w.v then
       redis.call('DEL', KEYS[i])

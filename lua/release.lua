@@ -9,8 +9,9 @@
 -- to its first space) and serves the queues.
 -- Returns 0 if no key was ours (it changes nothing); 1 if every key was
 -- ours and nobody waits; else {1 or 0 (every key was ours, or not),
--- grants...}, grants as in wait.lua, and a hint for the first waiter left
--- (see grant.lua's tellHead).
+-- grants...}, grants as in wait.lua, a hint for the first waiter left
+-- (see grant.lua's tellHead), and hints for the waiters it queued (see
+-- tellCarried).
 --
 -- The common case, nobody waiting, comes before grant.lua's functions
 -- (inserted at the marker), which would otherwise be built on every call.
@@ -35,16 +36,9 @@ if not ARGV[4] then
 end
 --@grant
 local t = now()
-local P = prefix(KEYS[2])
-for i = 4, #ARGV, 2 do
-  local ticket = P .. 't:' .. ARGV[i]
-  if redis.call('SET', ticket, ARGV[i + 1], 'PX', ARGV[3], 'NX') then
-    redis.call('ZADD', KEYS[2], 'NX', arrival(t), ticket) -- in the order given
-  end
-end
-if ARGV[4] then redis.call('PEXPIRE', KEYS[2], QUEUE_LIFE) end
+local queued = carry(KEYS[2], t, 4, ARGV[3])
 local out = {ours}
 for i = 1, #KEYS, 2 do
   serve(KEYS[i], KEYS[i + 1], t, ARGV[2], out)
 end
-return out
+return tellCarried(KEYS[1], t, queued, out)

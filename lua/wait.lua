@@ -12,7 +12,8 @@
 -- grants...} when it must wait (ms: until the holder that keeps it out
 -- expires, -1 unknown; a ticket is queued, or kept, unless it is a try);
 -- {3, n} when the key's semaphore has n places, not the caller's; {4, 0}
--- when its ticket is gone (expired, or it left). grants are token, fence
+-- when its ticket is gone (expired, or it left); {5, 0} when the key is a
+-- semaphore's and the caller is not, or the other way round. grants are token, fence
 -- pairs: other waiters of the caller's client that this call served.
 if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER') end
 --@grant
@@ -67,6 +68,13 @@ end
 local function limitError()
   return {3, tonumber(redis.call('GET', P .. 'limit'))}
 end
+-- A key is a semaphore's while its limit is stored (while anyone holds or
+-- waits), else a lock's: the two keep it as different types, and do not
+-- mix.
+local semaphore = redis.call('EXISTS', P .. 'limit') == 1
+if semaphore ~= (w.k == 'n') and (semaphore or redis.call('EXISTS', K) == 1 or redis.call('EXISTS', Q) == 1) then
+  return {5, 0}
+end
 -- (A holder's n is the stored one: a token chosen again with another n is
 -- refused, not taken for the holder.)
 if w.k == 'n' and not limitOK(P, w) then return limitError() end
@@ -80,6 +88,10 @@ local tk = redis.call('GET', ticket)
 -- A new wait under a chosen token that left before starts afresh.
 if tk == '-' and chosen and ARGV[3] == 'new' then tk = false end
 if tk == '-' or (ARGV[3] == 'keep' and not tk) then return {4, 0} end
+-- A new wait under a chosen token whose earlier wait left its ticket (a
+-- process that died waiting) takes that place as itself: its kind, ttl,
+-- fencing, client and value.
+if tk and ARGV[3] == 'new' then redis.call('SET', ticket, ARGV[1], 'KEEPTTL') end
 
 -- Serve those queued first: a holder may have expired.
 local mine = {}
