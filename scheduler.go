@@ -256,7 +256,8 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 	finished := make(chan *batch, 1)
 	for {
 		now := time.Now()
-		var due, lost []*lease
+		var ready, lost []*lease // ready: may be renewed now, to share the pipeline of one that must
+		mustSend := false
 		var retries []*pendingRelease
 		var expired []*Lock
 		s.mu.Lock()
@@ -290,10 +291,11 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 			if _, ok := s.solo[ls]; ok || s.inflight != nil {
 				continue // in flight on its own; or one pipeline at a time: the rest wait for it
 			}
+			due := latest(ls.due(), ls.retryAt)
+			wake = earliest(wake, due)
 			if !now.Before(latest(ls.early(), ls.retryAt)) {
-				due = append(due, ls)
-			} else {
-				wake = earliest(wake, latest(ls.due(), ls.retryAt))
+				ready = append(ready, ls)
+				mustSend = mustSend || !now.Before(due)
 			}
 		}
 		causes := make([]error, len(lost))
@@ -304,8 +306,11 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 				causes[i] = fmt.Errorf("%w: %w", causes[i], ls.err)
 			}
 		}
-		if len(due) > 0 {
-			b := &batch{leases: due, done: make(chan struct{})}
+		// Only a lease that is due sends a pipeline: one sent whenever one
+		// was early would carry only what came early while the last was in
+		// flight, and the pipelines would shrink to that.
+		if mustSend {
+			b := &batch{leases: ready, done: make(chan struct{})}
 			s.inflight = b
 			go s.renew(b, finished)
 		}
