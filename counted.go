@@ -27,10 +27,11 @@ import (
 // nothing.
 //
 // The key holds a sorted set of the holders' values (token, and metadata),
-// scored by their expiry in ms: while anyone holds or waits for a place,
-// an Acquire of the key as a lock (exclusive or WithShared) fails with
-// ErrInvalid, as does an Acquire WithLimit of a key held or waited for as
-// a lock, and changes nothing.
+// scored by their expiry in ms. Do not use a semaphore's key as a lock
+// (exclusive or WithShared), or a lock's as a semaphore, while anyone holds
+// or waits: the two keep the key as different types, so such a call fails
+// with a WRONGTYPE error, and, if it comes to wait in the queue, the
+// key's releases and acquires fail so until it stops waiting.
 // n under 1, WithShared with WithLimit, a multi-key acquire and a Redlock
 // are ErrInvalid, as is a key with a brace but no hash tag (it can have no
 // side keys for its waiters).

@@ -189,8 +189,11 @@ func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, er
 	if took >= c.quorum() && validity > 0 {
 		return 0, l.acquired(ctx, sent, 0)
 	}
-	if took > 0 || len(errs) > 0 {
+	switch {
+	case len(errs) > 0:
 		l.undo(ctx) // the minority, and what the lost replies may have taken
+	case took > 0:
+		l.cleanup(ctx) // the minority: a token that held a quorum would have it still
 	}
 	held := len(c.nodes) - took - len(errs)
 	switch {

@@ -59,7 +59,6 @@ const (
 	codeHeld  = 1
 	codeLimit = 3
 	codeGone  = 4
-	codeKind  = 5
 )
 
 // queueWaiting is Acquire for a lock whose waiters queue in Redis.
@@ -103,7 +102,7 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 			case code == codeGone:
 				c.retoken(l, w) // its ticket lapsed: queue a new one
 				continue
-			case code == codeLimit, code == codeKind:
+			case code == codeLimit:
 				return nil, err
 			case held && ctx.Err() != nil:
 				return nil, notAcquired(ctx, l.key)
@@ -266,12 +265,6 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 	case code == codeLimit:
 		stored, _ := reply[1].(int64)
 		return code, 0, fmt.Errorf("%w: WithLimit(%d) on %q, whose holders and waiters use WithLimit(%d)", ErrInvalid, l.counted().limit, l.key, stored)
-	case code == codeKind:
-		kind := "a semaphore (WithLimit)"
-		if l.kind() == "n" {
-			kind = "a lock (exclusive or WithShared)"
-		}
-		return code, 0, fmt.Errorf("%w: %q is held or waited for as %s", ErrInvalid, l.key, kind)
 	case code == codeGone:
 		return code, 0, fmt.Errorf("%w: %q: the ticket is gone", ErrNotAcquired, l.key)
 	case code == codeWait && w != nil && life > 0:

@@ -2,7 +2,6 @@ package padlock_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +13,7 @@ import (
 )
 
 // Waiting with a chosen token (WithToken), which later waits use again, and
-// with kinds of lock that must not meet on one key.
+// waiters that their own Client's release queued.
 
 // waited is what an Acquire in a goroutine returned.
 type waited struct {
@@ -268,50 +267,25 @@ func TestCarriedWaiterLooksWhenTheHolderExpires(t *testing.T) {
 	}
 }
 
-// A key is a semaphore's or a lock's, not both: an acquire of the other
-// kind gets ErrInvalid at once and changes nothing, and the semaphore's
-// holders and waiters go on as before.
-func TestSemaphoreAndLockDoNotMix(t *testing.T) {
+// A Redlock acquire with a chosen token that took fewer nodes than a
+// quorum, every node answering, releases what it took, as any acquire
+// does: had the token held a quorum, it would have the lock.
+func TestRedlockChosenTokenReleasesItsMinority(t *testing.T) {
 	e := newReal(t, nil)
-	sem := padlock.WithLimit(2)
-	a, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, sem)
-	require.NoError(t, err)
-	b, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, sem)
-	require.NoError(t, err)
-	cWait := acquireLater(e.ctx, e.c, e.key, time.Minute, sem)
-	waitFor(t, e, 1)
-
-	other := padlock.New(redis.NewClient(&redis.Options{Addr: e.srv.Addr()}))
-	defer other.Close()
-	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
-	defer cancel()
-	_, err = other.Acquire(ctx, e.key, time.Minute, padlock.WithShared())
-	require.ErrorIs(t, err, padlock.ErrInvalid)
-	require.Contains(t, err.Error(), "semaphore")
-	_, err = other.TryAcquire(ctx, e.key, time.Minute, padlock.WithShared())
-	require.ErrorIs(t, err, padlock.ErrInvalid)
-	_, err = other.Acquire(ctx, e.key, time.Minute)
-	require.ErrorIs(t, err, padlock.ErrInvalid)
-	require.NoError(t, ctx.Err(), "refused at once, not waited for")
-
-	info, err := e.c.Inspect(e.ctx, e.key)
-	require.NoError(t, err)
-	require.Equal(t, 1, info.Waiting, "nothing queued")
-	require.NoError(t, a.Release(e.ctx))
-	c := <-cWait
-	require.NoError(t, c.err)
-	require.NoError(t, b.Release(e.ctx))
-	require.NoError(t, c.l.Release(e.ctx))
-
-	// And the other way round: a key held as a lock is no semaphore.
-	l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
-	require.NoError(t, err)
-	_, err = other.Acquire(ctx, e.key, time.Minute, sem)
-	require.ErrorIs(t, err, padlock.ErrInvalid)
-	require.Contains(t, err.Error(), "a lock")
-	require.NoError(t, l.Release(e.ctx))
-	s, err := other.Acquire(ctx, e.key, time.Minute, sem)
-	require.NoError(t, err, "a free key is anyone's")
-	require.NoError(t, s.Release(e.ctx))
-	require.False(t, errors.Is(ctx.Err(), context.DeadlineExceeded))
+	var nodes []redis.UniversalClient
+	for db := range 4 {
+		r := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), DB: db})
+		defer r.Close()
+		nodes = append(nodes, r)
+	}
+	rl := padlock.NewRedlock(nodes)
+	defer rl.Close()
+	for _, n := range nodes[2:] { // another holds half the nodes
+		require.NoError(t, n.Set(e.ctx, e.key, "other", time.Minute).Err())
+	}
+	_, err := rl.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithToken("job-b"))
+	require.ErrorIs(t, err, padlock.ErrNotAcquired)
+	for i, n := range nodes[:2] {
+		require.ErrorIs(t, n.Get(e.ctx, e.key).Err(), redis.Nil, "node %d keeps nothing of the failed acquire", i)
+	}
 }

@@ -12,8 +12,7 @@
 -- grants...} when it must wait (ms: until the holder that keeps it out
 -- expires, -1 unknown; a ticket is queued, or kept, unless it is a try);
 -- {3, n} when the key's semaphore has n places, not the caller's; {4, 0}
--- when its ticket is gone (expired, or it left); {5, 0} when the key is a
--- semaphore's and the caller is not, or the other way round. grants are token, fence
+-- when its ticket is gone (expired, or it left). grants are token, fence
 -- pairs: other waiters of the caller's client that this call served.
 if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER') end
 --@grant
@@ -67,13 +66,6 @@ end
 
 local function limitError()
   return {3, tonumber(redis.call('GET', P .. 'limit'))}
-end
--- A key is a semaphore's while its limit is stored (while anyone holds or
--- waits), else a lock's: the two keep it as different types, and do not
--- mix.
-local semaphore = redis.call('EXISTS', P .. 'limit') == 1
-if semaphore ~= (w.k == 'n') and (semaphore or redis.call('EXISTS', K) == 1 or redis.call('EXISTS', Q) == 1) then
-  return {5, 0}
 end
 -- (A holder's n is the stored one: a token chosen again with another n is
 -- refused, not taken for the holder.)
