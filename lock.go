@@ -412,8 +412,12 @@ func (l *Lock) acquired(ctx context.Context, sent time.Time, fence int64) error 
 	l.mu.Unlock()
 	if left < l.ttl*minValidity/100 {
 		l.undo(ctx)
-		return fmt.Errorf("%w: %q: taken with only %v of its %v ttl left (the round trip took %v); released",
-			ErrNotAcquired, l.key, max(left, 0), l.ttl, time.Since(sent).Round(time.Millisecond))
+		what := "released"
+		if l.chosenToken() {
+			what = "left to its token" // see undo
+		}
+		return fmt.Errorf("%w: %q: taken with only %v of its %v ttl left (the round trip took %v); %s",
+			ErrNotAcquired, l.key, max(left, 0), l.ttl, time.Since(sent).Round(time.Millisecond), what)
 	}
 	return nil
 }

@@ -292,9 +292,9 @@ func (l *Lock) handed(g grant) bool {
 
 // leave takes the waiting l out of its queues in Redis, for good, and
 // passes on what was granted to it meanwhile, unless keep (see
-// lua/leave.lua). It is
-// best effort, on a context of its own: a waiter left behind costs the
-// others at most its ticket's life, and a lock granted to it its ttl.
+// lua/leave.lua). It is best effort, on a context of its own: a waiter
+// left behind costs the others at most its ticket's life, and a lock
+// granted to it its ttl.
 func (l *Lock) leave(ctx context.Context, keep bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCleanupTimeout)
 	defer cancel()
