@@ -28,10 +28,11 @@ import (
 //
 // The key holds a sorted set of the holders' values (token, and metadata),
 // scored by their expiry in ms. Do not use a semaphore's key as a lock
-// (exclusive or WithShared), or a lock's as a semaphore, while anyone holds
-// or waits: the two keep the key as different types, so such a call fails
-// with a WRONGTYPE error, and, if it comes to wait in the queue, the
-// key's releases and acquires fail so until it stops waiting.
+// (exclusive or WithShared), or a lock's as a semaphore: the two keep the
+// key as different types, so such a call that finds the other holding it
+// fails with a WRONGTYPE error; one that comes to wait in the queue waits
+// until the other kind's holders are gone, and keeps the key's later
+// waiters behind it.
 // n under 1, WithShared with WithLimit, a multi-key acquire and a Redlock
 // are ErrInvalid, as is a key with a brace but no hash tag (it can have no
 // side keys for its waiters).

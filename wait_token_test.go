@@ -289,3 +289,32 @@ func TestRedlockChosenTokenReleasesItsMinority(t *testing.T) {
 		require.ErrorIs(t, n.Get(e.ctx, e.key).Err(), redis.Nil, "node %d keeps nothing of the failed acquire", i)
 	}
 }
+
+// A shared hold waited for on a semaphore's key (kinds mixed on one key, by
+// mistake) waits until the semaphore's holders are gone; the semaphore's
+// releases and the waiters before it go on as before.
+func TestAWaiterOfAnotherKindStopsNothing(t *testing.T) {
+	e := newReal(t, nil)
+	sem := padlock.WithLimit(2)
+	a, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, sem)
+	require.NoError(t, err)
+	b, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, sem)
+	require.NoError(t, err)
+	cWait := acquireLater(e.ctx, e.c, e.key, time.Minute, sem)
+	waitFor(t, e, 1)
+	other := padlock.New(redis.NewClient(&redis.Options{Addr: e.srv.Addr()}))
+	defer other.Close()
+	sctx, scancel := context.WithTimeout(e.ctx, 5*time.Second)
+	defer scancel()
+	sWait := acquireLater(sctx, other, e.key, time.Minute, padlock.WithShared())
+	waitFor(t, e, 2)
+
+	require.NoError(t, a.Release(e.ctx))
+	c := <-cWait
+	require.NoError(t, c.err, "the semaphore's waiter takes the place")
+	require.NoError(t, b.Release(e.ctx))
+	require.NoError(t, c.l.Release(e.ctx))
+	s := <-sWait
+	require.NoError(t, s.err, "the shared hold, once the semaphore's holders are gone")
+	require.NoError(t, s.l.Release(e.ctx))
+}

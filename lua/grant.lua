@@ -120,13 +120,16 @@ end
 
 -- free reports whether a ticket (or a caller) w of kind 'x', 's' or 'n'
 -- could be admitted to K now.
+-- A key held as the other type (a semaphore's sorted set, a lock's string:
+-- a caller mixed the kinds on one key) is not free, and an error reading
+-- it stops nothing but that.
 local function free(K, P, w, t)
   if w.k == 'x' then return redis.call('EXISTS', K) == 0 end
   if w.k == 's' then
-    local v = redis.call('GET', K)
-    return not v or v == MARKER
+    local ok, v = pcall(redis.call, 'GET', K)
+    return ok and (not v or v == MARKER)
   end
-  expire(K, P, 'n', t)
+  if not pcall(expire, K, P, 'n', t) then return false end
   return redis.call('ZCARD', K) < w.l
 end
 
@@ -197,7 +200,8 @@ end
 -- kind ('n': the first of a semaphore's holders), < 0 if nothing does.
 local function expiresIn(K, t, kind)
   if kind ~= 'n' then return redis.call('PTTL', K) end
-  local first = redis.call('ZRANGE', K, 0, 0, 'WITHSCORES')
+  local ok, first = pcall(redis.call, 'ZRANGE', K, 0, 0, 'WITHSCORES')
+  if not ok then return redis.call('PTTL', K) end -- a lock holds it (see free)
   if first[1] then return tonumber(first[2]) - t end
   return -1
 end
