@@ -1,7 +1,7 @@
 package padlock
 
 // ReleaseScriptSHA is the digest of the release script as padlock sends it
-// (with lua/handoff.lua before it), for tests that watch for it.
+// (with lua/token.lua and lua/grant.lua in it), for tests that watch for it.
 var ReleaseScriptSHA = releaseScript.Hash()
 
 // ACLCommands are the commands Check probes.

@@ -42,8 +42,10 @@ type luaScript struct {
 	src string
 }
 
+// script is lua/<name>.lua, after lua/token.lua, which every script
+// shares.
 func script(name string) luaScript {
-	src := source(name)
+	src := source("token") + source(name)
 	return luaScript{redis.NewScript(src), src}
 }
 
@@ -54,7 +56,7 @@ func grantScript(name string) luaScript {
 	if !ok {
 		panic("lua/" + name + ".lua has no --@grant line") // embedded at build time: a test runs it
 	}
-	src := before + fmt.Sprintf("local QUEUE_LIFE = %d\n", queueLife.Milliseconds()) + source("grant") + after
+	src := source("token") + before + fmt.Sprintf("local QUEUE_LIFE = %d\n", queueLife.Milliseconds()) + source("grant") + after
 	// A script may also read a key as inspect.lua does, as a function.
 	src = strings.Replace(src, "--@inspect\n", "local function inspect()\n"+source("inspect")+"end\n", 1)
 	return luaScript{redis.NewScript(src), src}

@@ -24,7 +24,7 @@ if v == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return fence
 end
-if v == ARGV[1] or string.match(v, '^%S+') == string.match(ARGV[1], '^%S+') then
+if sameToken(v, ARGV[1]) then
   -- Our own token: a retry after a lost reply, or a token chosen with
   -- WithToken that holds the key. Succeed again, with the same fence and
   -- this call's value and ttl.

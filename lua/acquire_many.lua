@@ -8,7 +8,7 @@ if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER')
 local longest = nil
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
-  if v and not (v == ARGV[1] or (v and string.match(v, '^%S+') == string.match(ARGV[1], '^%S+'))) then
+  if v and not sameToken(v, ARGV[1]) then
     local pttl = redis.call('PTTL', KEYS[i])
     if pttl < 0 then return -1 end
     if not longest or pttl > longest then longest = pttl end

@@ -12,7 +12,7 @@ local t = now()
 expire(K, P, kind, t)
 local H = holders(K, P, kind)
 if redis.call('ZREM', H, ARGV[1]) == 0 then return {0} end
-redis.call('HDEL', P .. 'fences', string.match(ARGV[1], '^%S+'))
+redis.call('HDEL', P .. 'fences', tokenOf(ARGV[1]))
 local queued = carry(Q, t, 5, ARGV[4])
 settle(K, P, kind, t)
 return tellCarried(K, t, queued, serve(K, Q, t, ARGV[3], {1}))

@@ -4,7 +4,7 @@
 -- Returns 1 if the expiry was set, 0 if the lock is someone else's, -1 if
 -- the key is gone (a Redlock node restarted empty, say).
 local v = redis.call('GET', KEYS[1])
-if (v == ARGV[1] or (v and string.match(v, '^%S+') == string.match(ARGV[1], '^%S+'))) then
+if sameToken(v, ARGV[1]) then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 if not v then return -1 end

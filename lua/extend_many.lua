@@ -3,7 +3,7 @@
 -- nothing. Returns 1 if extended, 0 if not.
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
-  if not (v == ARGV[1] or (v and string.match(v, '^%S+') == string.match(ARGV[1], '^%S+'))) then return 0 end
+  if not sameToken(v, ARGV[1]) then return 0 end
 end
 for i = 1, #KEYS do
   redis.call('PEXPIRE', KEYS[i], ARGV[2])

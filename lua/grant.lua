@@ -87,7 +87,7 @@ local function expire(K, P, kind, t)
   local gone = redis.call('ZRANGEBYSCORE', H, '-inf', t)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', H, '-inf', t)
-    for _, v in ipairs(gone) do redis.call('HDEL', P .. 'fences', string.match(v, '^%S+')) end
+    for _, v in ipairs(gone) do redis.call('HDEL', P .. 'fences', tokenOf(v)) end
   end
 end
 
@@ -95,7 +95,7 @@ end
 -- a shared or semaphore key (unexpired at t), or nil.
 local function member(H, token, t)
   for _, v in ipairs(redis.call('ZRANGEBYSCORE', H, '(' .. t, '+inf')) do
-    if string.match(v, '^%S+') == token then return v end
+    if tokenOf(v) == token then return v end
   end
   return nil
 end

@@ -14,7 +14,7 @@ local function list(k)
   local hs = redis.call('ZRANGEBYSCORE', k, '(' .. now, '+inf', 'WITHSCORES')
   for i = 1, #hs, 2 do
     local fence = false
-    if KEYS[5] then fence = redis.call('HGET', KEYS[5], string.match(hs[i], '^%S+')) end
+    if KEYS[5] then fence = redis.call('HGET', KEYS[5], tokenOf(hs[i])) end
     holders[#holders + 1] = hs[i]
     holders[#holders + 1] = hs[i + 1]
     holders[#holders + 1] = fence

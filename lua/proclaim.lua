@@ -3,7 +3,7 @@
 -- ARGV[1] still holds it, and announce it on the channel ARGV[3] with the
 -- message ARGV[4]. Returns 1, or 0 if the token does not hold it.
 local v = redis.call('GET', KEYS[1])
-if not v or string.match(v, '^%S+') ~= ARGV[1] then return 0 end
+if not v or tokenOf(v) ~= ARGV[1] then return 0 end
 local value = ARGV[1]
 if ARGV[2] ~= '' then value = value .. ' ' .. ARGV[2] end
 redis.call('SET', KEYS[1], value, 'KEEPTTL')

@@ -3,7 +3,7 @@
 -- it does not.
 -- (-1 means ours with no expiry, which padlock never sets.)
 local v = redis.call('GET', KEYS[1])
-if (v == ARGV[1] or (v and string.match(v, '^%S+') == string.match(ARGV[1], '^%S+'))) then
+if sameToken(v, ARGV[1]) then
   return redis.call('PTTL', KEYS[1])
 end
 return -3

@@ -3,7 +3,7 @@
 local shortest = nil
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
-  if not (v == ARGV[1] or (v and string.match(v, '^%S+') == string.match(ARGV[1], '^%S+'))) then return -3 end
+  if not sameToken(v, ARGV[1]) then return -3 end
   local pttl = redis.call('PTTL', KEYS[i])
   if not shortest or pttl < shortest then shortest = pttl end
 end

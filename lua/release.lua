@@ -18,7 +18,7 @@
 local n, all = 0, true
 for i = 1, #KEYS, 2 do
   local v = redis.call('GET', KEYS[i])
-  if (v == ARGV[1] or (v and string.match(v, '^%S+') == string.match(ARGV[1], '^%S+'))) then
+  if sameToken(v, ARGV[1]) then
     redis.call('DEL', KEYS[i])
     n = n + 1
   else

@@ -7,7 +7,7 @@
 local n = 0
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
-  if (v == ARGV[1] or (v and string.match(v, '^%S+') == string.match(ARGV[1], '^%S+'))) then
+  if sameToken(v, ARGV[1]) then
     redis.call('DEL', KEYS[i])
     pcall(redis.call, 'SPUBLISH', KEYS[i], 'released')
     pcall(redis.call, 'PUBLISH', KEYS[i], 'released')

@@ -13,7 +13,7 @@ local kind = redis.call('TYPE', K)['ok']
 if kind == 'string' then
   local v = redis.call('GET', K)
   if v ~= MARKER then
-    if string.match(v, '^%S+') ~= tok then return {} end
+    if tokenOf(v) ~= tok then return {} end
     local fence = false
     if KEYS[2] then fence = redis.call('GET', prefix(KEYS[2]) .. 'fence') end
     return {'x', v, redis.call('PTTL', K), fence, 0}

@@ -32,7 +32,7 @@ local function held()
   if w.k == 'x' or w.k == 'm' then
     for i = 1, #KEYS, 2 do
       local v = redis.call('GET', KEYS[i])
-      if not v or string.match(v, '^%S+') ~= w.tok then return nil end
+      if not v or tokenOf(v) ~= w.tok then return nil end
     end
     for i = 1, #KEYS, 2 do redis.call('SET', KEYS[i], w.v, 'PX', string.format('%d', w.ttl)) end
     if w.f == 1 then return tonumber(redis.call('GET', P .. 'fence') or '0') end
