@@ -65,6 +65,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -182,6 +183,42 @@ func defaultRedisURL() string {
 func redisFlag(fs *flag.FlagSet) *string {
 	return fs.String("redis", defaultRedisURL(),
 		"Redis URL: redis://[user:password@]host:port[/db], or rediss:// for TLS\n(default from PADLOCK_REDIS_URL, else REDIS_URL)")
+}
+
+// lockFlags are the flags of the commands that take a lock ('run' and
+// 'acquire'): how long to wait, and what to take.
+type lockFlags struct {
+	wait     *time.Duration
+	fence    *bool
+	limit    *int
+	metadata *string
+}
+
+// addLockFlags adds -wait, -fence, -limit and -metadata to fs.
+func addLockFlags(fs *flag.FlagSet) lockFlags {
+	return lockFlags{
+		wait:     fs.Duration("wait", 0, "how long to wait for the lock; 0 tries once"),
+		fence:    fs.Bool("fence", false, "take a fencing token (PADLOCK_FENCE)"),
+		limit:    fs.Int("limit", 0, "take one of N places of a semaphore on KEY (0: an exclusive lock)"),
+		metadata: fs.String("metadata", defaultMetadata(), "stored with the lock; shown by 'padlock inspect'"),
+	}
+}
+
+// options returns the acquire options the flags ask for; false, having
+// said why on stderr, if a flag is out of range.
+func (f lockFlags) options(verb string, stderr io.Writer) ([]padlock.Option, bool) {
+	if *f.wait < 0 || *f.limit < 0 {
+		fmt.Fprintf(stderr, "padlock %s: -wait and -limit cannot be negative\n", verb)
+		return nil, false
+	}
+	opts := []padlock.Option{padlock.WithMetadata(*f.metadata)}
+	if *f.limit > 0 {
+		opts = append(opts, padlock.WithLimit(*f.limit))
+	}
+	if *f.fence {
+		opts = append(opts, padlock.WithFencing())
+	}
+	return opts, true
 }
 
 // dial makes a go-redis client from a URL. It does not contact Redis.

@@ -29,11 +29,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"The command sees PADLOCK_KEY, PADLOCK_TOKEN and, with -fence, PADLOCK_FENCE.", stderr)
 	redisURL := redisFlag(fset)
 	ttl := fset.Duration("ttl", 30*time.Second, "lock TTL; renewed every ttl/3 while the command runs")
-	wait := fset.Duration("wait", 0, "how long to wait for the lock; 0 tries once")
+	lf := addLockFlags(fset)
 	conflictExit := fset.Int("conflict-exit", exitConflict, "exit status when the lock is held elsewhere")
-	fence := fset.Bool("fence", false, "take a fencing token and pass it to the command as PADLOCK_FENCE")
-	limit := fset.Int("limit", 0, "run under one of N places of a semaphore on KEY (0: an exclusive lock)")
-	metadata := fset.String("metadata", defaultMetadata(), "stored with the lock; shown by 'padlock inspect'")
 	grace := fset.Duration("grace", 5*time.Second, "when the lock is lost: time between SIGTERM and SIGKILL")
 	if code, ok := parseFlags(fset, args); !ok {
 		return code
@@ -45,8 +42,12 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *conflictExit < 0 || *conflictExit > 255:
 		fmt.Fprintf(stderr, "padlock run: -conflict-exit %d is not an exit status (0-255)\n", *conflictExit)
 		return exitUsage
-	case *wait < 0 || *grace < 0:
-		fmt.Fprintln(stderr, "padlock run: -wait and -grace cannot be negative")
+	case *grace < 0:
+		fmt.Fprintln(stderr, "padlock run: -grace cannot be negative")
+		return exitUsage
+	}
+	opts, ok := lf.options("run", stderr)
+	if !ok {
 		return exitUsage
 	}
 
@@ -58,17 +59,6 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer rdb.Close()
 	// Lost locks and failed releases are logged to stderr (slog, text).
 	locks := padlock.New(rdb, padlock.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
-	opts := []padlock.Option{padlock.WithMetadata(*metadata)}
-	if *limit < 0 {
-		fmt.Fprintln(stderr, "padlock run: -limit cannot be negative")
-		return exitUsage
-	}
-	if *limit > 0 {
-		opts = append(opts, padlock.WithLimit(*limit))
-	}
-	if *fence {
-		opts = append(opts, padlock.WithFencing())
-	}
 
 	// Signals: while waiting they end the wait; while the command runs they
 	// are forwarded to it.
@@ -76,14 +66,14 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	lock, status := acquire(ctx, locks, key, *ttl, *wait, opts, sigs, stderr)
+	lock, status := acquire(ctx, locks, key, *ttl, *lf.wait, opts, sigs, stderr)
 	if lock == nil {
 		if status == exitConflict {
 			status = *conflictExit
 		}
 		return status
 	}
-	return runLocked(ctx, lock, command, *fence, *grace, sigs, stdout, stderr)
+	return runLocked(ctx, lock, command, *lf.fence, *grace, sigs, stdout, stderr)
 }
 
 // defaultMetadata names this process: host and pid.

@@ -27,32 +27,22 @@ func acquireCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			"is run with its token.", stderr)
 	redisURL := redisFlag(fset)
 	ttl := fset.Duration("ttl", 10*time.Minute, "lock TTL")
-	wait := fset.Duration("wait", 0, "how long to wait for the lock; 0 tries once")
-	fence := fset.Bool("fence", false, "take a fencing token (PADLOCK_FENCE)")
-	limit := fset.Int("limit", 0, "take one of N places of a semaphore on KEY (0: an exclusive lock)")
+	lf := addLockFlags(fset)
 	shared := fset.Bool("shared", false, "take a shared hold: many holders, no exclusive one")
 	token := fset.String("token", "", "use this token instead of a random one (a job or pipeline id)")
-	metadata := fset.String("metadata", defaultMetadata(), "stored with the lock; shown by 'padlock inspect'")
 	if code, ok := parseFlags(fset, args); !ok {
 		return code
 	}
-	switch {
-	case fset.NArg() != 1:
+	if fset.NArg() != 1 {
 		fset.Usage()
 		return exitUsage
-	case *wait < 0 || *limit < 0:
-		fmt.Fprintln(stderr, "padlock acquire: -wait and -limit cannot be negative")
-		return exitUsage
 	}
-	opts := []padlock.Option{padlock.WithMetadata(*metadata)}
-	if *limit > 0 {
-		opts = append(opts, padlock.WithLimit(*limit))
+	opts, ok := lf.options("acquire", stderr)
+	if !ok {
+		return exitUsage
 	}
 	if *shared {
 		opts = append(opts, padlock.WithShared())
-	}
-	if *fence {
-		opts = append(opts, padlock.WithFencing())
 	}
 	if isSet(fset, "token") {
 		opts = append(opts, padlock.WithToken(*token))
@@ -62,12 +52,12 @@ func acquireCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return code
 	}
 	defer done()
-	lock, status := acquire(ctx, locks, fset.Arg(0), *ttl, *wait, opts, nil, stderr)
+	lock, status := acquire(ctx, locks, fset.Arg(0), *ttl, *lf.wait, opts, nil, stderr)
 	if lock == nil {
 		return status
 	}
 	fmt.Fprintf(stdout, "PADLOCK_KEY=%s\nPADLOCK_TOKEN=%s\n", shellQuote(lock.Key()), shellQuote(lock.Token()))
-	if *fence {
+	if *lf.fence {
 		fmt.Fprintf(stdout, "PADLOCK_FENCE=%d\n", lock.Fence())
 	}
 	return 0
