@@ -18,21 +18,6 @@ import (
 	"github.com/padlock-go/padlock/internal/redistest"
 )
 
-// candidates returns n Clients of their own on e's server.
-func candidates(t *testing.T, e *env, n int) []*padlock.Client {
-	var cs []*padlock.Client
-	for range n {
-		rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr()})
-		c := padlock.New(rdb)
-		t.Cleanup(func() {
-			_ = c.Close()
-			_ = rdb.Close()
-		})
-		cs = append(cs, c)
-	}
-	return cs
-}
-
 // campaignLater campaigns on c in a goroutine of its own, and sends the
 // Leadership (nil on an error, which fails the test) when it has it.
 func campaignLater(t *testing.T, c *padlock.Client, ctx context.Context, key string, ttl time.Duration, value string) <-chan *padlock.Leadership {
@@ -51,7 +36,7 @@ func campaignLater(t *testing.T, c *padlock.Client, ctx context.Context, key str
 // after a short term: one leads at a time, and the terms go up.
 func TestElectionOneLeaderAtATime(t *testing.T) {
 	e := newReal(t, nil)
-	cs := candidates(t, e, 3)
+	cs := moreClients(t, e, 3)
 	var (
 		leading atomic.Int32
 		mu      sync.Mutex
@@ -94,7 +79,7 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 
 func TestResignHandsOverAtOnce(t *testing.T) {
 	e := newReal(t, nil)
-	cs := candidates(t, e, 2)
+	cs := moreClients(t, e, 2)
 	first, err := cs[0].Campaign(e.ctx, e.key, 10*time.Second, "a")
 	require.NoError(t, err)
 	assert.Equal(t, "a", first.Value())
@@ -149,7 +134,7 @@ func TestLeaderBlackholed(t *testing.T) {
 	const ttl = time.Second
 	old, err := c.Campaign(e.ctx, e.key, ttl, "old")
 	require.NoError(t, err)
-	next := candidates(t, e, 1)[0]
+	next := moreClients(t, e, 1)[0]
 	got := campaignLater(t, next, e.ctx, e.key, ttl, "next")
 	time.Sleep(200 * time.Millisecond)
 	p.SetBlackhole(true)
@@ -176,7 +161,7 @@ func TestLeaderBlackholed(t *testing.T) {
 // and still the next change after its pub/sub connection was killed.
 func TestObserve(t *testing.T) {
 	e := newReal(t, nil)
-	cs := candidates(t, e, 4)
+	cs := moreClients(t, e, 4)
 	ctx, cancel := context.WithCancel(e.ctx)
 	states := cs[3].Observe(ctx, e.key)
 	next := func(what string) padlock.LeaderInfo {
@@ -234,7 +219,7 @@ func TestObserve(t *testing.T) {
 // again after the next campaign, and cancelling Lead resigns at once.
 func TestLead(t *testing.T) {
 	e := newReal(t, nil)
-	cs := candidates(t, e, 2)
+	cs := moreClients(t, e, 2)
 	starts := make(chan context.Context, 4)
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)

@@ -201,3 +201,19 @@ func (passHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (passHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// moreClients returns n Clients of their own on e's server, closed when
+// the test ends.
+func moreClients(t *testing.T, e *env, n int) []*padlock.Client {
+	var cs []*padlock.Client
+	for range n {
+		rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr()})
+		c := padlock.New(rdb)
+		t.Cleanup(func() {
+			_ = c.Close()
+			_ = rdb.Close()
+		})
+		cs = append(cs, c)
+	}
+	return cs
+}

@@ -51,8 +51,7 @@ func grantChannels(t *testing.T, rdb *redis.Client, key string) []string {
 // with an attempt instead of returning a Lock the key's holder still has.
 func TestChosenTokenConfirmsAGrantMessage(t *testing.T) {
 	e := newReal(t, nil)
-	holder := padlock.New(redis.NewClient(&redis.Options{Addr: e.srv.Addr()}))
-	defer holder.Close()
+	holder := moreClients(t, e, 1)[0]
 	h, err := holder.TryAcquire(e.ctx, e.key, time.Minute)
 	require.NoError(t, err)
 
@@ -95,8 +94,7 @@ func TestChosenTokenFailedAcquireKeepsItsLock(t *testing.T) {
 			const job = "pipeline-4711"
 			first, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithToken(job), padlock.WithFencing())
 			require.NoError(t, err)
-			waiters := padlock.New(redis.NewClient(&redis.Options{Addr: e.srv.Addr()}))
-			defer waiters.Close()
+			waiters := moreClients(t, e, 1)[0]
 			wctx, wcancel := context.WithTimeout(e.ctx, 5*time.Second)
 			defer wcancel()
 			waiting := acquireLater(wctx, waiters, e.key, time.Minute, padlock.WithFencing())
@@ -137,8 +135,7 @@ func TestChosenTokenFailedAcquireKeepsItsLock(t *testing.T) {
 func TestChosenTokenTakesOverADeadWaitersTicket(t *testing.T) {
 	e := newReal(t, nil)
 	const job = "job-9"
-	other := padlock.New(redis.NewClient(&redis.Options{Addr: e.srv.Addr()}))
-	defer other.Close()
+	other := moreClients(t, e, 1)[0]
 	h, err := other.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithFencing())
 	require.NoError(t, err)
 
@@ -176,8 +173,7 @@ func TestChosenTokenTakesOverADeadWaitersTicket(t *testing.T) {
 func TestChosenTokenWaitsAgainBehindItsOwnClient(t *testing.T) {
 	e := newReal(t, nil)
 	const job = "job-7"
-	other := padlock.New(redis.NewClient(&redis.Options{Addr: e.srv.Addr()}))
-	defer other.Close()
+	other := moreClients(t, e, 1)[0]
 	h, err := other.TryAcquire(e.ctx, e.key, time.Minute)
 	require.NoError(t, err)
 
@@ -223,8 +219,7 @@ func TestChosenTokenWaitsAgainBehindItsOwnClient(t *testing.T) {
 // of its context.
 func TestCarriedWaiterLooksWhenTheHolderExpires(t *testing.T) {
 	e := newReal(t, nil)
-	other := padlock.New(redis.NewClient(&redis.Options{Addr: e.srv.Addr()}))
-	defer other.Close()
+	other := moreClients(t, e, 1)[0]
 	h, err := other.TryAcquire(e.ctx, e.key, time.Minute)
 	require.NoError(t, err)
 	lWait := acquireLater(e.ctx, e.c, e.key, time.Minute)
@@ -302,8 +297,7 @@ func TestAWaiterOfAnotherKindStopsNothing(t *testing.T) {
 	require.NoError(t, err)
 	cWait := acquireLater(e.ctx, e.c, e.key, time.Minute, sem)
 	waitFor(t, e, 1)
-	other := padlock.New(redis.NewClient(&redis.Options{Addr: e.srv.Addr()}))
-	defer other.Close()
+	other := moreClients(t, e, 1)[0]
 	sctx, scancel := context.WithTimeout(e.ctx, 5*time.Second)
 	defer scancel()
 	sWait := acquireLater(sctx, other, e.key, time.Minute, padlock.WithShared())
