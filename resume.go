@@ -110,8 +110,7 @@ func resumedAs(kind string, limit int, fenced bool) Option {
 // false. The broken holders find out at their next renewal (KeepAlive's
 // context ends with ErrLost), Extend or Release (ErrNotHeld). It returns
 // ErrInvalid for an empty key, and a wrapped Redis error if Redis cannot
-// answer; a key of another type
-// (a hash, say) is reported and left alone. On a Redlock Client it breaks
+// answer; a key of another type (a hash, say) is reported and left alone. On a Redlock Client it breaks
 // the lock on every node that answers, and returns what the first node
 // that held it showed.
 func (c *Client) Break(ctx context.Context, key string) (LockInfo, error) {
