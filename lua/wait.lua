@@ -77,13 +77,15 @@ if fence then
   return {1, fence}
 end
 local tk = redis.call('GET', ticket)
--- A new wait under a chosen token that left before starts afresh.
-if tk == '-' and chosen and ARGV[3] == 'new' then tk = false end
+-- A new wait under a chosen token may find an earlier wait's ticket: the
+-- mark of one that left, or the ticket of one whose process died. It
+-- starts afresh as itself (its kind, ttl, fencing, client and value), in
+-- the place that one had, if any.
+if tk and chosen and ARGV[3] == 'new' then
+  redis.call('SET', ticket, ARGV[1], 'KEEPTTL')
+  if tk == '-' then tk = false end
+end
 if tk == '-' or (ARGV[3] == 'keep' and not tk) then return {4, 0} end
--- A new wait under a chosen token whose earlier wait left its ticket (a
--- process that died waiting) takes that place as itself: its kind, ttl,
--- fencing, client and value.
-if tk and ARGV[3] == 'new' then redis.call('SET', ticket, ARGV[1], 'KEEPTTL') end
 
 -- Serve those queued first: a holder may have expired.
 local mine = {}
