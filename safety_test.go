@@ -264,23 +264,31 @@ type linRun struct {
 // its Acquire's return to its local deadline or its Release's call, and the
 // next holder's Acquire may only return after that. This is what a lock
 // promises (at most one holder by Deadline); the register checks what
-// fences add.
+// fences add. A hold whose local deadline had passed when Acquire returned
+// (its process was paused between the acquire's reply and that return) is
+// empty: the holder knew it held nothing, by Deadline.
 func checkExclusive(t *testing.T, what string, holds []linOp) {
 	t.Helper()
 	slices.SortFunc(holds, func(a, b linOp) int { return cmp.Compare(a.Call, b.Call) })
 	var prev linOp
-	overlaps := 0
-	for i, h := range holds {
-		if i > 0 && h.Call < prev.Return {
+	overlaps, empty := 0, 0
+	for _, h := range holds {
+		if h.Return <= h.Call {
+			empty++
+			continue
+		}
+		if prev.Return != 0 && h.Call < prev.Return {
 			overlaps++
-			t.Errorf("%s: holder %d (fence %d) held from %d while holder %d (fence %d) held until %d: %v of overlap",
-				what, h.Client, h.Fence, h.Call, prev.Client, prev.Fence, prev.Return, time.Duration(prev.Return-h.Call))
+			t.Errorf("%s: holder %d (fence %d) held from %d to %d while holder %d (fence %d) held from %d to %d: %v of overlap",
+				what, h.Client, h.Fence, h.Call, h.Return, prev.Client, prev.Fence, prev.Call, prev.Return,
+				time.Duration(prev.Return-h.Call))
 		}
 		if h.Return > prev.Return {
 			prev = h
 		}
 	}
-	t.Logf("%s: %d holds, %d overlapping", what, len(holds), overlaps)
+	t.Logf("%s: %d holds, %d overlapping, %d empty (paused past their deadline before Acquire returned)",
+		what, len(holds), overlaps, empty)
 }
 
 // writeInput is the input of a write: the value read, and the one written.
