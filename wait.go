@@ -236,11 +236,13 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 	if l.chosenToken() {
 		chosen = "chosen"
 	}
+	wasSent := false
 	if w != nil {
 		c.notify.mu.Lock()
 		if w.queued {
 			mode = "keep"
 		}
+		wasSent = w.sent
 		w.sent = true // from now on it may be in Redis, whatever the reply says
 		ticket = w.ticket
 		c.notify.mu.Unlock()
@@ -263,6 +265,12 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 	}
 	switch {
 	case code == codeLimit:
+		if w != nil && mode == "new" && chosen == "" && !wasSent {
+			// Refused before it wrote a ticket: there is nothing to leave.
+			c.notify.mu.Lock()
+			w.sent = false
+			c.notify.mu.Unlock()
+		}
 		stored, _ := reply[1].(int64)
 		return code, 0, fmt.Errorf("%w: WithLimit(%d) on %q, whose holders and waiters use WithLimit(%d)", ErrInvalid, l.counted().limit, l.key, stored)
 	case code == codeGone:

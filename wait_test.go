@@ -213,6 +213,7 @@ func TestSemaphoreLimitIsStored(t *testing.T) {
 		waitFor(t, e, 1)
 		before, err := e.c.Inspect(e.ctx, e.key)
 		require.NoError(t, err)
+		keys := e.rdb.Keys(e.ctx, "*").Val()
 		for _, try := range []func() error{
 			func() error { _, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithLimit(3)); return err },
 			func() error { _, err := e.c.Acquire(e.ctx, e.key, time.Minute, padlock.WithLimit(1)); return err },
@@ -226,6 +227,7 @@ func TestSemaphoreLimitIsStored(t *testing.T) {
 		require.NoError(t, err)
 		assert.Len(t, after.Holders, len(before.Holders), "nothing changed")
 		assert.Equal(t, before.Waiting, after.Waiting, "nothing changed")
+		assert.ElementsMatch(t, keys, e.rdb.Keys(e.ctx, "*").Val(), "nothing written")
 
 		require.NoError(t, h1.Release(e.ctx)) // the waiter gets h1's place, and leaves
 		require.NoError(t, <-waiting)
