@@ -176,8 +176,8 @@ const observeRetry = 100 * time.Millisecond
 
 // Observe reports who leads key: the current state first (a zero
 // LeaderInfo when nobody leads), then every change (a new leader, a new
-// value, no leader) in order, until ctx is done; then it closes the
-// channel. It does not block. A reader that is slow gets the newest state
+// value, no leader) in order, until ctx is done or the Client is closed;
+// then it closes the channel. It does not block. A reader that is slow gets the newest state
 // (the ones between are dropped), never a stale one after a newer one.
 //
 // It listens for the announcements of Campaign, Proclaim, Resign and of a
@@ -191,13 +191,16 @@ const observeRetry = 100 * time.Millisecond
 // a nil ctx, an empty key) returns a closed channel.
 func (c *Client) Observe(ctx context.Context, key string) <-chan LeaderInfo {
 	out := make(chan LeaderInfo, 1)
-	if _, err := c.check(ctx, key, time.Millisecond); err != nil || c.notify.isClosed() {
+	if _, err := c.check(ctx, key, time.Millisecond); err != nil || c.notify.isClosed() || !c.observers.add(2) {
 		close(out)
 		return out
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.life, cancel) // Close ends it too
 	ps := c.rdb.Subscribe(ctx, leaderChannel(key))
 	events := make(chan struct{}, 1)
 	go func() { // every message, confirmation or error: look again
+		defer c.observers.done()
 		for {
 			_, err := ps.Receive(ctx)
 			if ctx.Err() != nil {
@@ -210,8 +213,11 @@ func (c *Client) Observe(ctx context.Context, key string) <-chan LeaderInfo {
 		}
 	}()
 	go func() {
+		defer c.observers.done()
 		defer close(out)
 		defer ps.Close()
+		defer stop()
+		defer cancel()
 		var last LeaderInfo
 		first := true
 		for {

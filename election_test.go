@@ -215,6 +215,30 @@ func TestObserve(t *testing.T) {
 	require.NoError(t, c.Resign(e.ctx))
 }
 
+// Close ends an Observe of the Client as its ctx would: the channel
+// closes, and the goroutines behind it are gone (goleak, at the end of the
+// run); an Observe after Close is a closed channel.
+func TestCloseEndsObserve(t *testing.T) {
+	e := newReal(t, nil)
+	c := moreClients(t, e, 1)[0]
+	states := c.Observe(context.Background(), e.key)
+	select {
+	case s := <-states:
+		assert.Equal(t, padlock.LeaderInfo{}, s, "nobody leads")
+	case <-time.After(3 * time.Second):
+		t.Fatal("no report of the start")
+	}
+	require.NoError(t, c.Close())
+	select {
+	case _, open := <-states:
+		assert.False(t, open, "no report after Close")
+	case <-time.After(3 * time.Second):
+		t.Fatal("Observe still runs after Close")
+	}
+	_, open := <-c.Observe(context.Background(), e.key)
+	assert.False(t, open, "an Observe after Close")
+}
+
 // Lead: fn's context ends when the lease is deleted from outside, fn runs
 // again after the next campaign, and cancelling Lead resigns at once.
 func TestLead(t *testing.T) {

@@ -28,8 +28,9 @@ const (
 )
 
 // A Client takes locks in one Redis deployment. It is safe for concurrent
-// use, holds no state of its own beyond its defaults, and starts no
-// goroutine.
+// use. New starts no goroutine; the Client starts its background work as
+// it is needed (renewals, the pub/sub connections of waiters, observer
+// callbacks), and Close ends it.
 type Client struct {
 	rdb       redis.UniversalClient
 	lastTTL   atomic.Pointer[boxedTTL]
@@ -40,6 +41,9 @@ type Client struct {
 	refused   error                   // what every call returns, for a client padlock cannot run on (a Ring), or nil
 	calls     dispatcher              // runs the observer's funcs for the background work (see observe)
 	nodeCalls tracker                 // calls to Redlock nodes not waited for (see onNodes)
+	observers tracker                 // Observe's goroutines
+	life      context.Context         // done once Close is called: ends every Observe
+	end       context.CancelFunc      // ends life
 	// wait sleeps for d, or until ctx ends (returning its error), when
 	// notifications are off.
 	wait func(ctx context.Context, key string, d time.Duration) error
@@ -57,6 +61,7 @@ type Client struct {
 // Cluster, or NewRedlock over the shards.
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{opts: defaultOptions().with(opts), wait: sleep}
+	c.life, c.end = context.WithCancel(context.Background())
 	c.sched.c = c
 	c.notify.id = newToken()[:8]
 	if _, ok := rdb.(*redis.ClusterClient); ok {
@@ -105,7 +110,7 @@ func isNil(rdb redis.UniversalClient) bool {
 // Redis or context error is returned wrapped, never as ErrNotAcquired. A
 // failed call never leaves the lock held: when the outcome of the attempt is
 // unknown (a lost reply), TryAcquire deletes what it may have taken before
-// returning.
+// returning (unless the token was chosen with WithToken: see there).
 //
 // ttl is rounded up to whole milliseconds, the resolution Redis keeps.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
@@ -154,16 +159,18 @@ func (l *Lock) lockName() any {
 // fallback it also looks when the holder's lock expires, and after the
 // backoff (see WithBackoff, WithoutNotifications). If ctx ends just as the
 // lock is handed to it, it passes the lock on to the next waiter and
-// returns the ctx error. The same token is used for every attempt, so an
-// attempt whose reply was lost and is tried again finds its own lock and
-// succeeds.
+// returns the ctx error. The same token is used for every attempt (unless
+// its ticket lapsed while it waited: it queues again under a new one), so
+// an attempt whose reply was lost and is tried again finds its own lock
+// and succeeds.
 //
 // On success it returns the Lock. When ctx ends while it waits for another
 // holder, it returns an error that matches both ErrNotAcquired and
 // ctx.Err(); when the Client is closed, one that matches ErrClosed. Bad input returns ErrInvalid; a Redis error (or ctx ending
 // before any attempt found the lock held) ends the call at once and is
 // returned wrapped, never as ErrNotAcquired: an outage is not contention. A
-// failed call never leaves the lock held.
+// failed call never leaves the lock held (unless the token was chosen with
+// WithToken: see there).
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	l, o, err := c.newLock(ctx, key, ttl, opts)
 	if err != nil {
