@@ -114,8 +114,9 @@ const (
 // with a finding. Use a key of its own, like "lock:padlock-doctor".
 //
 // Settings the user may not read are listed as not checked, never an
-// error. Check returns an error only for bad input (ErrInvalid) or when no
-// node can be reached (wrapped); the Report then holds what was found.
+// error. Check returns an error only for bad input (ErrInvalid), when no
+// node can be reached or a Cluster's masters cannot be listed, or when ctx
+// ends (wrapped); the Report then holds what was found.
 func (c *Client) Check(ctx context.Context, key string) (Report, error) {
 	r := Report{Key: key}
 	if _, err := c.check(ctx, key, time.Millisecond); err != nil {

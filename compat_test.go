@@ -505,7 +505,7 @@ func TestNoPermissionErrorSaysWhatToDo(t *testing.T) {
 					_, err := c.TryAcquire(t.Context(), "lock:a", time.Second)
 					require.Error(t, err)
 					t.Log(err)
-					assert.Contains(t, err.Error(), `"Redis users and ACLs" in padlock's README`)
+					assert.Contains(t, err.Error(), `"Redis servers and ACL users" in padlock's README`)
 					assert.Contains(t, err.Error(), `"lock:a"`)
 					var rerr redis.Error
 					assert.True(t, errors.As(err, &rerr), "the Redis error is wrapped: %v", err)

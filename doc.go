@@ -33,7 +33,8 @@
 // Its attempts share one token, so an attempt whose reply was lost and that
 // go-redis sends again finds its own lock and succeeds. A call that fails
 // never leaves the lock held: when it cannot tell whether an attempt took
-// the lock (a timeout, a cancelled context), it releases it again.
+// the lock (a timeout, a cancelled context), it releases it again (unless
+// its token was chosen with WithToken, which may have held the key before).
 //
 // KeepAlive holds a lock as a lease for a long job: the Client's renewal
 // scheduler (one goroutine per Client, whatever the number of leases, and
@@ -59,8 +60,8 @@
 //
 // WithLimit(n) makes a key a counting semaphore (up to n holders at once),
 // and WithShared takes a shared hold of a reader-writer lock (any number
-// of shared holders, or one exclusive holder; writers first). Each holder
-// gets a Lock of its own, with the same guarantees.
+// of shared holders, or one exclusive holder; first come, first served).
+// Each holder gets a Lock of its own, with the same guarantees.
 //
 // Client.Campaign, Leader, Observe and Lead elect one leader among the
 // instances: a fenced lock kept alive, whose fence is the leader's term and

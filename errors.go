@@ -53,7 +53,7 @@ const unsupportedReply = "PADLOCK_UNSUPPORTED_SERVER"
 // aclHint is added to a NOPERM error from Redis: what the user lacks, and
 // where the rule it needs is written down.
 const aclHint = "the Redis user may not use this lock's keys (the key and keys beginning with it), its channel (named like the key), " +
-	"or one of padlock's commands; see \"Redis users and ACLs\" in padlock's README for the rule it needs"
+	"or one of padlock's commands; see \"Redis servers and ACL users\" in padlock's README for the rule it needs"
 
 // isPermissionError reports whether msg is Redis refusing a command for
 // want of an ACL permission: NOPERM for the command sent, and the forms

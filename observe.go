@@ -128,10 +128,11 @@ func WithObserver(o *Observer) Option {
 }
 
 // WithLogger has padlock log to l what an operator should know: a WARN
-// record when a kept-alive lock is lost (its key, the cause, how long it
-// was held), a WARN when a Release fails for a reason other than the lock
-// not being ours any more, and a DEBUG record for every failed renewal
-// (which is retried). Without it padlock logs nothing. A nil l is ignored.
+// record when a lock is lost (a renewal, Extend or TTL found it gone: its
+// key, the cause, how long it was held), a WARN when a Release fails for
+// a reason other than the lock not being ours any more, and a DEBUG record
+// for every failed renewal (which is retried). Without it padlock logs
+// nothing. A nil l is ignored.
 func WithLogger(l *slog.Logger) Option {
 	if l == nil {
 		return WithObserver(nil)
