@@ -1,8 +1,14 @@
 package padlock
 
+import "time"
+
 // ReleaseScriptSHA is the digest of the release script as padlock sends it
 // (with lua/token.lua and lua/grant.lua in it), for tests that watch for it.
 var ReleaseScriptSHA = releaseScript.Hash()
 
 // ACLCommands are the commands Check probes.
 func ACLCommands() []string { return aclCommands }
+
+// SetPubSubQuiet sets how long c's pub/sub connections may be silent
+// before they are checked (see pubsubQuiet). Call it before c waits.
+func SetPubSubQuiet(c *Client, d time.Duration) { c.notify.quiet = d }

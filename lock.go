@@ -64,6 +64,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c.life, c.end = context.WithCancel(context.Background())
 	c.sched.c = c
 	c.notify.id = newToken()[:8]
+	c.notify.quiet = pubsubQuiet
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		// On a Cluster a Client listens with plain pub/sub (see groupOn):
 		// its id says so to the scripts that tell it of a grant.

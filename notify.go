@@ -3,6 +3,8 @@ package padlock
 import (
 	"context"
 	"errors"
+	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +38,13 @@ const subscribeTimeout = time.Second
 // subscriberLinger is how long a pub/sub connection stays open once no
 // key uses it.
 const subscriberLinger = 200 * time.Millisecond
+
+// pubsubQuiet is how long a pub/sub connection may be silent before its
+// reader sends a PING. One that does not answer within as long again is
+// taken for dead (half-open: a NAT or a peer that forgot it says nothing)
+// and replaced by a new one; until then a grant to this Client's waiters
+// waits for their tickets' renewals.
+const pubsubQuiet = 5 * time.Second
 
 // A waiter is one Acquire call waiting in its key's queue in this Client.
 // The fields after obs are under the notifier's mu.
@@ -72,10 +81,15 @@ type keyQueue struct {
 
 // A subscriber is one pub/sub connection and the goroutine reading it.
 type subscriber struct {
-	ps      *redis.PubSub
+	node    redis.UniversalClient
 	sharded bool
 	done    chan struct{} // closed when the goroutine has exited
 	idle    *time.Timer   // while no key uses it: closes it; under the notifier's mu
+
+	mu     sync.Mutex
+	ps     *redis.PubSub       // replaced when it is found dead (see pubsubQuiet)
+	chans  map[string]struct{} // every channel subscribed on it
+	closed bool
 }
 
 // notifier is the Client's state for waiting and notifications.
@@ -87,6 +101,7 @@ type notifier struct {
 	subs    map[string]*subscriber // by routing group, see group
 	sharded int                    // 0 unknown, 1 sharded pub/sub works, -1 it does not
 	id      string                 // this Client's name in its tickets (see handChannel)
+	quiet   time.Duration          // pubsubQuiet (shorter in tests), set before any subscriber starts
 }
 
 // enqueue adds a waiter for key at the tail of its queue, for the attempt
@@ -290,16 +305,82 @@ func (c *Client) subscribeOn(ctx context.Context, g string, node redis.Universal
 		n.mu.Unlock()
 		fresh.close()
 	}
-	if s.sharded {
-		return s.ps.SSubscribe(ctx, c.channels(key)...)
+	return s.subscribe(ctx, c.channels(key)...)
+}
+
+// subscribe subscribes chans on s's connection.
+func (s *subscriber) subscribe(ctx context.Context, chans ...string) error {
+	s.mu.Lock()
+	for _, ch := range chans {
+		s.chans[ch] = struct{}{}
 	}
-	return s.ps.Subscribe(ctx, c.channels(key)...)
+	ps := s.ps
+	s.mu.Unlock()
+	var err error
+	if s.sharded {
+		err = ps.SSubscribe(ctx, chans...)
+	} else {
+		err = ps.Subscribe(ctx, chans...)
+	}
+	if err != nil && s.current() != ps {
+		return nil // replaced meanwhile: the new connection has them (see redial)
+	}
+	return err
+}
+
+// redial replaces s's connection with a new one, subscribed to every
+// channel s has. It reports false if s was closed meanwhile.
+func (s *subscriber) redial() bool {
+	var fresh *redis.PubSub
+	if s.sharded {
+		fresh = s.node.SSubscribe(context.Background())
+	} else {
+		fresh = s.node.Subscribe(context.Background())
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = fresh.Close()
+		return false
+	}
+	old := s.ps
+	s.ps = fresh // from now on subscribe uses it
+	chans := slices.Collect(maps.Keys(s.chans))
+	s.mu.Unlock()
+	_ = old.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+	defer cancel()
+	// On failure go-redis dials again, and subscribes them, on the next
+	// receive.
+	if s.sharded {
+		_ = fresh.SSubscribe(ctx, chans...)
+	} else {
+		_ = fresh.Subscribe(ctx, chans...)
+	}
+	return true
+}
+
+// current is s's connection now.
+func (s *subscriber) current() *redis.PubSub {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ps
 }
 
 // close closes the connection and waits for its reader to exit.
 func (s *subscriber) close() {
-	_ = s.ps.Close()
+	s.mu.Lock()
+	s.closed = true
+	ps := s.ps
+	s.mu.Unlock()
+	_ = ps.Close()
 	<-s.done
+}
+
+func (s *subscriber) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // newSubscriber opens a pub/sub connection subscribed to key's channel,
@@ -338,7 +419,10 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 		n.sharded = 1
 		n.mu.Unlock()
 	}
-	s := &subscriber{ps: ps, sharded: sharded, done: make(chan struct{})}
+	s := &subscriber{node: node, ps: ps, sharded: sharded, done: make(chan struct{}), chans: map[string]struct{}{}}
+	for _, ch := range c.channels(key) {
+		s.chans[ch] = struct{}{}
+	}
 	go s.read(n)
 	return s, nil
 }
@@ -347,23 +431,52 @@ func isUnknownCommand(err error) bool {
 	return strings.Contains(strings.ToLower(err.Error()), "unknown command")
 }
 
-// read delivers notifications until the connection is closed.
+// read delivers notifications until s is closed. A connection silent for
+// n.quiet gets a PING; one silent for as long again is replaced (see
+// pubsubQuiet). Messages sent while no connection listened are lost: every
+// waiter looks, and again once the channels are subscribed.
 func (s *subscriber) read(n *notifier) {
 	defer close(s.done)
+	pinged := false // a PING went out, and nothing came since
+	fresh := false  // the connection is new, its channels not yet confirmed
 	for {
-		msg, err := s.ps.Receive(context.Background())
-		if err != nil {
-			if errors.Is(err, redis.ErrClosed) || strings.Contains(err.Error(), "closed") {
+		ps := s.current()
+		start := time.Now()
+		msg, err := ps.ReceiveTimeout(context.Background(), n.quiet)
+		var ne net.Error
+		silent := err != nil && errors.As(err, &ne) && ne.Timeout() && time.Since(start) >= n.quiet/2
+		switch {
+		case err == nil:
+			pinged = false
+			switch m := msg.(type) {
+			case *redis.Message:
+				n.received(m.Channel, m.Payload)
+			case *redis.Subscription:
+				if fresh {
+					fresh = false
+					n.wakeAll()
+				}
+			}
+		case s.isClosed() || errors.Is(err, redis.ErrClosed):
+			return
+		case silent && !pinged:
+			pinged = true
+			if err := ps.Ping(context.Background()); err != nil {
+				// go-redis dialled again, and resubscribed.
+				pinged, fresh = false, true
+				n.wakeAll()
+			}
+		case silent:
+			if !s.redial() {
 				return
 			}
-			// go-redis reconnects and resubscribes on the next Receive;
-			// messages sent meanwhile are lost: every waiter looks.
-			time.Sleep(10 * time.Millisecond)
+			pinged, fresh = false, true
 			n.wakeAll()
-			continue
-		}
-		if m, ok := msg.(*redis.Message); ok {
-			n.received(m.Channel, m.Payload)
+		default:
+			// go-redis dials again and resubscribes on the next receive.
+			time.Sleep(10 * time.Millisecond)
+			pinged, fresh = false, true
+			n.wakeAll()
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/faultproxy"
 )
 
 // probeHook acts on a wait.lua call whose ticket (ARGV[1]) starts with
@@ -208,4 +209,98 @@ func TestADeadAcquireManyAtTheHeadLapses(t *testing.T) {
 	t.Logf("Y: %v; %q holds %q; queue %v", errY, a, e.get(a), e.raw.ZRange(e.ctx, a+":queue", 0, -1).Val())
 	assert.NoError(t, errY, "Y gets the free key once the dead ticket lapsed")
 	_ = hb.Release(e.ctx)
+}
+
+// A pub/sub connection that goes silent while it stays open (a NAT that
+// forgot it) is found dead by its PING and replaced: Redis sees a new
+// subscriber connection, and a grant to the Client's waiters is announced
+// at once, not found at the next renewal of the waiter's ticket (2.5s
+// after it queued).
+func TestAHalfOpenSubscriptionIsReplaced(t *testing.T) {
+	t.Parallel() // mostly waits
+	e := newReal(t, nil)
+	p, err := faultproxy.Start(e.srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	// Pooled connections idle for 50ms are not reused, so that frozen ones
+	// hold up only the subscription.
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ConnMaxIdleTime: 50 * time.Millisecond})
+	c := padlock.New(rdb)
+	padlock.SetPubSubQuiet(c, 200*time.Millisecond)
+	t.Cleanup(func() { _ = c.Close(); _ = rdb.Close() })
+
+	// A waiter for another key keeps the subscription open throughout.
+	other := e.key + ":other"
+	held, err := e.c.TryAcquire(e.ctx, other, time.Minute)
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	otherGot := acquiredAt(t, c, wctx, other)
+	var first []string
+	require.Eventually(t, func() bool { first = subscribers(e); return len(first) == 1 }, 5*time.Second, 5*time.Millisecond,
+		"the waiter's Client subscribed")
+
+	p.FreezeOpen()
+	// A PING after 200ms, no answer 200ms later: replaced.
+	require.Eventually(t, func() bool {
+		now := subscribers(e)
+		return len(now) == 1 && now[0] != first[0]
+	}, 5*time.Second, 10*time.Millisecond, "a new subscriber connection, the frozen one closed")
+
+	l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err)
+	got := acquiredAt(t, c, e.ctx, e.key)
+	waitForOn(t, e.c, e.key, 1)
+	time.Sleep(50 * time.Millisecond) // its channel subscribed
+	released := time.Now()
+	require.NoError(t, l.Release(e.ctx))
+	at, ok := <-got
+	require.True(t, ok, "acquired")
+	assert.Less(t, at.Sub(released), time.Second, "the grant was announced, not found by the ticket's renewal")
+	for range got { // its Release done
+	}
+
+	// The channel subscribed before the freeze was subscribed again.
+	released = time.Now()
+	require.NoError(t, held.Release(e.ctx))
+	at, ok = <-otherGot
+	require.True(t, ok, "acquired")
+	assert.Less(t, at.Sub(released), time.Second, "the grant on the channel subscribed again was announced")
+	for range otherGot {
+	}
+}
+
+// acquiredAt acquires key with c in the background, and sends when it
+// did, then releases it and closes the channel.
+func acquiredAt(t *testing.T, c *padlock.Client, ctx context.Context, key string) <-chan time.Time {
+	got := make(chan time.Time, 1)
+	go func() {
+		defer close(got)
+		if l, err := c.Acquire(ctx, key, time.Minute); err == nil {
+			got <- time.Now()
+			assert.NoError(t, l.Release(context.Background()))
+		}
+	}()
+	return got
+}
+
+// subscribers are the ids of the connections to e's server that are
+// subscribed to a channel (none if it cannot tell).
+func subscribers(e *env) []string {
+	list, err := e.raw.ClientList(e.ctx).Result()
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		f := map[string]string{}
+		for _, kv := range strings.Fields(line) {
+			k, v, _ := strings.Cut(kv, "=")
+			f[k] = v
+		}
+		if (f["sub"] != "" && f["sub"] != "0") || (f["ssub"] != "" && f["ssub"] != "0") {
+			ids = append(ids, f["id"])
+		}
+	}
+	return ids
 }

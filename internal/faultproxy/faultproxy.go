@@ -1,7 +1,8 @@
 // Package faultproxy is a TCP proxy on loopback for tests, between a client
 // and a server, that injects network faults: added latency, a blackhole
 // (connections accepted, nothing answered), a reply lost after its request
-// was delivered, and cut connections.
+// was delivered, cut connections, and connections that go silent while
+// they stay open (half-open).
 package faultproxy
 
 import (
@@ -19,6 +20,8 @@ type Proxy struct {
 	latency   atomic.Int64 // nanoseconds added to every chunk, both ways
 	blackhole atomic.Bool  // swallow everything, answer nothing
 	dropReply atomic.Int32 // replies still to drop, each followed by a cut
+	next      atomic.Int64 // the number of the next connection accepted
+	frozen    atomic.Int64 // connections numbered below it swallow everything
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -50,6 +53,11 @@ func (p *Proxy) SetBlackhole(on bool) { p.blackhole.Store(on) }
 // throw its reply away and cut that client's connection, as a network
 // failure right after the server acted would.
 func (p *Proxy) DropNextReply() { p.dropReply.Add(1) }
+
+// FreezeOpen makes every connection open now swallow everything, both
+// ways, and stay open, as one that a NAT or a dead peer forgot without a
+// word would; connections opened later forward as before.
+func (p *Proxy) FreezeOpen() { p.frozen.Store(p.next.Load()) }
 
 // CutAll closes every open connection; new ones are still accepted.
 func (p *Proxy) CutAll() {
@@ -91,20 +99,21 @@ func (p *Proxy) accept() {
 		}
 		p.track(client, true)
 		p.track(server, true)
+		id := p.next.Add(1) - 1
 		p.wg.Go(func() {
-			p.pipe(client, server, false)
+			p.pipe(client, server, false, id)
 			p.track(client, false)
 		})
 		p.wg.Go(func() {
-			p.pipe(server, client, true)
+			p.pipe(server, client, true, id)
 			p.track(server, false)
 		})
 	}
 }
 
-// pipe copies from src to dst with the faults applied, until either side
-// closes; then it closes both.
-func (p *Proxy) pipe(src, dst net.Conn, replies bool) {
+// pipe copies from src to dst, of connection number id, with the faults
+// applied, until either side closes; then it closes both.
+func (p *Proxy) pipe(src, dst net.Conn, replies bool, id int64) {
 	defer func() {
 		_ = src.Close()
 		_ = dst.Close()
@@ -117,7 +126,7 @@ func (p *Proxy) pipe(src, dst net.Conn, replies bool) {
 				time.Sleep(time.Duration(d))
 			}
 			switch {
-			case p.blackhole.Load():
+			case p.blackhole.Load() || id < p.frozen.Load():
 				// Swallowed.
 			case replies && p.takeDrop():
 				return // the reply is lost with the connection
