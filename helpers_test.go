@@ -42,11 +42,12 @@ func TestMain(m *testing.M) {
 // every path, with shorter runs and smaller counts.
 func longRun() bool { return os.Getenv("PADLOCK_LONG") != "" }
 
-// fenceKey and queueKey name the side keys of a key without braces, as
-// the README documents them: they begin with the key, and their hash tag
-// is the whole key.
-func fenceKey(key string) string { return key + ":{" + key + "}:fence" }
-func queueKey(key string) string { return key + ":{" + key + "}:queue" }
+// fenceKey, queueKey and ticketKey name the side keys of a key without
+// braces, as the README documents them: they begin with the key, and their
+// hash tag is the whole key.
+func fenceKey(key string) string         { return key + ":{" + key + "}:fence" }
+func queueKey(key string) string         { return key + ":{" + key + "}:queue" }
+func ticketKey(key, token string) string { return key + ":{" + key + "}:t:" + token }
 
 // quiet is a go-redis logger that drops everything.
 type quiet struct{}

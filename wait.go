@@ -282,13 +282,11 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 }
 
 // handed records a grant of l. It reports whether l may be returned as it
-// is; if not (too little of its validity is left, counted from g.base, it
-// must wait for replicas, or its token is chosen), an attempt must confirm
-// it.
+// is; if not (too little of its validity is left, counted from g.base, or
+// it must wait for replicas), an attempt must confirm it. (A grant to a
+// chosen token is not handed: see grantLocked.)
 func (l *Lock) handed(g grant) bool {
-	if g.base.IsZero() || l.replicaCount() > 0 || l.chosenToken() {
-		// A chosen token is used again by later waits: a grant to it may
-		// have been meant for an earlier one, and passed on since.
+	if g.base.IsZero() || l.replicaCount() > 0 {
 		return false
 	}
 	l.mu.Lock()
@@ -584,7 +582,7 @@ func (c *Client) retoken(l *Lock, w *waiter) {
 	if ls != nil {
 		c.sched.remove(ls)
 	}
-	if !l.chosenToken() { // a chosen token stays: a grant to it is confirmed (see handed)
+	if !l.chosenToken() { // a chosen token stays: a grant to it is confirmed (see grantLocked)
 		l.value = newToken() + l.value[len(l.tok()):]
 		l.args[0] = l.value
 	}
@@ -630,6 +628,13 @@ func (n *notifier) grantLocked(tok string, g grant) func() {
 		// -1 - fence ms.
 		n.expiresInLocked(w, time.Now(), time.Duration(-1-g.fence)*time.Millisecond)
 		signal(w.turn)
+		return nil
+	}
+	if w.lock.chosenToken() {
+		// A chosen token is used again by later waits: a grant to it may
+		// have been meant for an earlier one, and passed on since. It
+		// attempts, which confirms it, and waits on if not.
+		signal(w.wake)
 		return nil
 	}
 	if g.base.IsZero() {

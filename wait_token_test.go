@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
@@ -31,8 +32,6 @@ func acquireLater(ctx context.Context, c *padlock.Client, key string, ttl time.D
 	return ch
 }
 
-func ticketKey(key, token string) string { return key + ":{" + key + "}:t:" + token }
-
 // grantChannels lists the channels on which grants for key are announced
 // to Clients that listen (sharded where the server has it).
 func grantChannels(t *testing.T, rdb *redis.Client, key string) []string {
@@ -48,14 +47,17 @@ func grantChannels(t *testing.T, rdb *redis.Client, key string) []string {
 
 // A grant message to a chosen token may be late, meant for an earlier
 // wait with that token that has passed it on since: the waiter confirms it
-// with an attempt instead of returning a Lock the key's holder still has.
+// with an attempt instead of returning a Lock the key's holder still has,
+// and waits on as before: the real grant, when the holder releases, is
+// announced to it (not found at its ticket's renewal, 2.5s after it
+// queued).
 func TestChosenTokenConfirmsAGrantMessage(t *testing.T) {
 	e := newReal(t, nil)
 	holder := moreClients(t, e, 1)[0]
 	h, err := holder.TryAcquire(e.ctx, e.key, time.Minute)
 	require.NoError(t, err)
 
-	ctx, cancel := context.WithTimeout(e.ctx, time.Second)
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
 	defer cancel()
 	got := acquireLater(ctx, e.c, e.key, time.Minute, padlock.WithToken("job-42"))
 	waitFor(t, e, 1)
@@ -72,12 +74,21 @@ func TestChosenTokenConfirmsAGrantMessage(t *testing.T) {
 	if e.rdb.SPublish(e.ctx, channel, "job-42 0").Err() != nil {
 		require.NoError(t, e.rdb.Publish(e.ctx, channel, "job-42 0").Err())
 	}
-	r := <-got
-	if r.err == nil {
-		t.Fatalf("Acquire returned a Lock while %q holds the key", e.get(e.key))
+	time.Sleep(100 * time.Millisecond) // its confirming attempt
+	select {
+	case r := <-got:
+		t.Fatalf("Acquire returned (%v) while %q holds the key", r.err, e.get(e.key))
+	default:
 	}
-	require.ErrorIs(t, r.err, padlock.ErrNotAcquired)
 	require.NoError(t, h.Extend(e.ctx, time.Minute), "the holder still holds the key")
+
+	released := time.Now()
+	require.NoError(t, h.Release(e.ctx))
+	r := <-got
+	require.NoError(t, r.err)
+	assert.Less(t, time.Since(released), time.Second, "the real grant was announced to it")
+	assert.Equal(t, "job-42", r.l.Token())
+	require.NoError(t, r.l.Release(e.ctx))
 }
 
 // A call that takes a chosen token's lock again, and fails without
@@ -311,4 +322,28 @@ func TestAWaiterOfAnotherKindStopsNothing(t *testing.T) {
 	s := <-sWait
 	require.NoError(t, s.err, "the shared hold, once the semaphore's holders are gone")
 	require.NoError(t, s.l.Release(e.ctx))
+}
+
+// A try with a chosen token has no ticket and touches none: the mark that
+// an earlier wait of the token left (so that no late call of it queues it
+// again) stays.
+func TestChosenTokenTryLeavesTheMark(t *testing.T) {
+	e := newReal(t, nil)
+	two := padlock.WithLimit(2)
+	h1, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, two)
+	require.NoError(t, err)
+	h2, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, two)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = e.c.Acquire(ctx, e.key, time.Minute, two, padlock.WithToken("job-7"))
+	require.ErrorIs(t, err, padlock.ErrNotAcquired)
+	require.Equal(t, "-", e.get(ticketKey(e.key, "job-7")), "the wait left its mark")
+
+	require.NoError(t, h1.Release(e.ctx))
+	l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, two, padlock.WithToken("job-7"))
+	require.NoError(t, err, "a place is free")
+	assert.Equal(t, "-", e.get(ticketKey(e.key, "job-7")), "the mark stays")
+	require.NoError(t, l.Release(e.ctx))
+	require.NoError(t, h2.Release(e.ctx))
 }

@@ -76,7 +76,8 @@ if fence then
   for i = 2, #KEYS, 2 do redis.call('ZREM', KEYS[i], ticket) end
   return {1, fence}
 end
-local tk = redis.call('GET', ticket)
+-- A try (life 0) has no ticket, and reads none.
+local tk = life > 0 and redis.call('GET', ticket)
 -- A new wait under a chosen token may find an earlier wait's ticket: the
 -- mark of one that left, or the ticket of one whose process died. It
 -- starts afresh as itself (its kind, ttl, fencing, client and value), in
