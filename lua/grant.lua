@@ -250,10 +250,11 @@ local function grant(K, Q, t, me, mine)
 end
 
 -- serve is what follows a release: grant, then tell the new head when
--- what keeps it out expires.
+-- what keeps it out expires. It returns mine, and after a grant of the
+-- whole key the ttl it set.
 local function serve(K, Q, t, me, mine)
   local _, head, ms = grant(K, Q, t, me, mine)
-  return tellHead(K, Q, t, me, mine, head, ms)
+  return tellHead(K, Q, t, me, mine, head, ms), ms
 end
 
 -- carry queues the waiters that a release carries, ARGV[from], ARGV[from
@@ -275,14 +276,18 @@ end
 
 -- tellCarried tells the client's waiters that a release queued (their
 -- tickets) when what keeps them out of K expires, in mine, as hints (see
--- tellHead): what an attempt would have told them.
-local function tellCarried(K, t, queued, mine)
+-- tellHead): what an attempt would have told them. ms, when not nil, is
+-- K's ttl, just set by serve. It reads K once per kind of waiter ('n', or
+-- the others) at most.
+local function tellCarried(K, t, queued, mine, ms)
+  local known = {x = ms}
   for _, d in ipairs(queued) do
     local w = who(d)
-    local ms = expiresIn(K, t, w.k)
-    if ms >= 0 then
+    local kind = w.k == 'n' and 'n' or 'x'
+    if known[kind] == nil then known[kind] = expiresIn(K, t, w.k) end
+    if known[kind] >= 0 then
       mine[#mine + 1] = w.tok
-      mine[#mine + 1] = -1 - ms
+      mine[#mine + 1] = -1 - known[kind]
     end
   end
   return mine

@@ -37,8 +37,9 @@ end
 --@grant
 local t = now()
 local queued = carry(KEYS[2], t, 4, ARGV[3])
-local out = {ours}
+local out, ms = {ours}, nil
 for i = 1, #KEYS, 2 do
-  serve(KEYS[i], KEYS[i + 1], t, ARGV[2], out)
+  local _, set = serve(KEYS[i], KEYS[i + 1], t, ARGV[2], out)
+  if i == 1 then ms = set end
 end
-return tellCarried(KEYS[1], t, queued, out)
+return tellCarried(KEYS[1], t, queued, out, ms)
