@@ -316,21 +316,24 @@ func (s *subscriber) subscribe(ctx context.Context, chans ...string) error {
 	}
 	ps := s.ps
 	s.mu.Unlock()
-	var err error
-	if s.sharded {
-		err = ps.SSubscribe(ctx, chans...)
-	} else {
-		err = ps.Subscribe(ctx, chans...)
-	}
+	err := s.listen(ctx, ps, chans)
 	if err != nil && s.current() != ps {
 		return nil // replaced meanwhile: the new connection has them (see redial)
 	}
 	return err
 }
 
+// listen subscribes chans on ps, sharded or not as s is.
+func (s *subscriber) listen(ctx context.Context, ps *redis.PubSub, chans []string) error {
+	if s.sharded {
+		return ps.SSubscribe(ctx, chans...)
+	}
+	return ps.Subscribe(ctx, chans...)
+}
+
 // redial replaces s's connection with a new one, subscribed to every
-// channel s has. It reports false if s was closed meanwhile.
-func (s *subscriber) redial() bool {
+// channel s has, and returns it; nil if s was closed meanwhile.
+func (s *subscriber) redial() *redis.PubSub {
 	var fresh *redis.PubSub
 	if s.sharded {
 		fresh = s.node.SSubscribe(context.Background())
@@ -341,7 +344,7 @@ func (s *subscriber) redial() bool {
 	if s.closed {
 		s.mu.Unlock()
 		_ = fresh.Close()
-		return false
+		return nil
 	}
 	old := s.ps
 	s.ps = fresh // from now on subscribe uses it
@@ -352,12 +355,8 @@ func (s *subscriber) redial() bool {
 	defer cancel()
 	// On failure go-redis dials again, and subscribes them, on the next
 	// receive.
-	if s.sharded {
-		_ = fresh.SSubscribe(ctx, chans...)
-	} else {
-		_ = fresh.Subscribe(ctx, chans...)
-	}
-	return true
+	_ = s.listen(ctx, fresh, chans)
+	return fresh
 }
 
 // current is s's connection now.
@@ -395,9 +394,10 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 
 	var ps *redis.PubSub
 	var err error
+	chans := c.channels(key)
 	sharded := mode >= 0
 	if sharded {
-		ps = node.SSubscribe(ctx, c.channels(key)...)
+		ps = node.SSubscribe(ctx, chans...)
 		if _, err = ps.Receive(ctx); err != nil && isUnknownCommand(err) {
 			_ = ps.Close()
 			sharded = false
@@ -407,7 +407,7 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 		}
 	}
 	if !sharded {
-		ps = node.Subscribe(ctx, c.channels(key)...)
+		ps = node.Subscribe(ctx, chans...)
 		_, err = ps.Receive(ctx)
 	}
 	if err != nil {
@@ -420,7 +420,7 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 		n.mu.Unlock()
 	}
 	s := &subscriber{node: node, ps: ps, sharded: sharded, done: make(chan struct{}), chans: map[string]struct{}{}}
-	for _, ch := range c.channels(key) {
+	for _, ch := range chans {
 		s.chans[ch] = struct{}{}
 	}
 	go s.read(n)
@@ -433,14 +433,14 @@ func isUnknownCommand(err error) bool {
 
 // read delivers notifications until s is closed. A connection silent for
 // n.quiet gets a PING; one silent for as long again is replaced (see
-// pubsubQuiet). Messages sent while no connection listened are lost: every
-// waiter looks, and again once the channels are subscribed.
+// pubsubQuiet). Messages sent while no connection listened are lost: once
+// its channels are subscribed again, every waiter looks.
 func (s *subscriber) read(n *notifier) {
 	defer close(s.done)
-	pinged := false // a PING went out, and nothing came since
-	fresh := false  // the connection is new, its channels not yet confirmed
+	ps := s.current() // only read replaces it (see redial)
+	pinged := false   // a PING went out, and nothing came since
+	fresh := false    // the connection is new, its channels not yet confirmed
 	for {
-		ps := s.current()
 		start := time.Now()
 		msg, err := ps.ReceiveTimeout(context.Background(), n.quiet)
 		var ne net.Error
@@ -462,21 +462,17 @@ func (s *subscriber) read(n *notifier) {
 		case silent && !pinged:
 			pinged = true
 			if err := ps.Ping(context.Background()); err != nil {
-				// go-redis dialled again, and resubscribed.
-				pinged, fresh = false, true
-				n.wakeAll()
+				pinged, fresh = false, true // go-redis dialled again, and resubscribed
 			}
 		case silent:
-			if !s.redial() {
+			if ps = s.redial(); ps == nil {
 				return
 			}
 			pinged, fresh = false, true
-			n.wakeAll()
 		default:
 			// go-redis dials again and resubscribes on the next receive.
 			time.Sleep(10 * time.Millisecond)
 			pinged, fresh = false, true
-			n.wakeAll()
 		}
 	}
 }
