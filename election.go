@@ -191,7 +191,7 @@ const observeRetry = 100 * time.Millisecond
 // a nil ctx, an empty key) returns a closed channel.
 func (c *Client) Observe(ctx context.Context, key string) <-chan LeaderInfo {
 	out := make(chan LeaderInfo, 1)
-	if _, err := c.check(ctx, key, time.Millisecond); err != nil || c.notify.isClosed() || !c.observers.add(2) {
+	if _, err := c.check(ctx, key, time.Millisecond); err != nil || !c.observers.add(2) {
 		close(out)
 		return out
 	}

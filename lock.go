@@ -419,10 +419,9 @@ func (l *Lock) acquired(ctx context.Context, sent time.Time, fence int64) error 
 	}
 	l.mu.Unlock()
 	if left < l.ttl*minValidity/100 {
-		l.undo(ctx)
-		what := "released"
-		if l.chosenToken() {
-			what = "left to its token" // see undo
+		what := "left to its token" // see undo
+		if l.undo(ctx) {
+			what = "released"
 		}
 		return fmt.Errorf("%w: %q: taken with only %v of its %v ttl left (the round trip took %v); %s",
 			ErrNotAcquired, l.key, max(left, 0), l.ttl, time.Since(sent).Round(time.Millisecond), what)
@@ -763,11 +762,14 @@ func (l *Lock) cleanup(ctx context.Context) {
 // undo is cleanup after an acquire whose outcome is unknown or came too
 // late, unless l's token is chosen: the token may have held the key before
 // the call, which then only renewed it, or may hold it in another process,
-// so what the call may have taken is left to the token's holders.
-func (l *Lock) undo(ctx context.Context) {
-	if !l.chosenToken() {
-		l.cleanup(ctx)
+// so what the call may have taken is left to the token's holders. It
+// reports whether it released.
+func (l *Lock) undo(ctx context.Context) bool {
+	if l.chosenToken() {
+		return false
 	}
+	l.cleanup(ctx)
+	return true
 }
 
 // release runs the release script, and reports 1 if every key was still

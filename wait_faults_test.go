@@ -235,7 +235,7 @@ func TestAHalfOpenSubscriptionIsReplaced(t *testing.T) {
 	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	otherGot := acquiredAt(t, c, wctx, other)
+	otherGot := acquireLater(wctx, c, other, time.Minute)
 	var first []string
 	require.Eventually(t, func() bool { first = subscribers(e); return len(first) == 1 }, 5*time.Second, 5*time.Millisecond,
 		"the waiter's Client subscribed")
@@ -249,39 +249,23 @@ func TestAHalfOpenSubscriptionIsReplaced(t *testing.T) {
 
 	l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
 	require.NoError(t, err)
-	got := acquiredAt(t, c, e.ctx, e.key)
+	got := acquireLater(e.ctx, c, e.key, time.Minute)
 	waitForOn(t, e.c, e.key, 1)
 	time.Sleep(50 * time.Millisecond) // its channel subscribed
 	released := time.Now()
 	require.NoError(t, l.Release(e.ctx))
-	at, ok := <-got
-	require.True(t, ok, "acquired")
-	assert.Less(t, at.Sub(released), time.Second, "the grant was announced, not found by the ticket's renewal")
-	for range got { // its Release done
-	}
+	r := <-got
+	require.NoError(t, r.err)
+	assert.Less(t, time.Since(released), time.Second, "the grant was announced, not found by the ticket's renewal")
+	require.NoError(t, r.l.Release(e.ctx))
 
 	// The channel subscribed before the freeze was subscribed again.
 	released = time.Now()
 	require.NoError(t, held.Release(e.ctx))
-	at, ok = <-otherGot
-	require.True(t, ok, "acquired")
-	assert.Less(t, at.Sub(released), time.Second, "the grant on the channel subscribed again was announced")
-	for range otherGot {
-	}
-}
-
-// acquiredAt acquires key with c in the background, and sends when it
-// did, then releases it and closes the channel.
-func acquiredAt(t *testing.T, c *padlock.Client, ctx context.Context, key string) <-chan time.Time {
-	got := make(chan time.Time, 1)
-	go func() {
-		defer close(got)
-		if l, err := c.Acquire(ctx, key, time.Minute); err == nil {
-			got <- time.Now()
-			assert.NoError(t, l.Release(context.Background()))
-		}
-	}()
-	return got
+	r = <-otherGot
+	require.NoError(t, r.err)
+	assert.Less(t, time.Since(released), time.Second, "the grant on the channel subscribed again was announced")
+	require.NoError(t, r.l.Release(e.ctx))
 }
 
 // subscribers are the ids of the connections to e's server that are
