@@ -194,7 +194,13 @@ func (c *Client) acquireObserved(ctx context.Context, l *Lock, o options) (*Lock
 // notAcquired is Acquire's error when ctx ended first: it matches
 // ErrNotAcquired, ctx.Err() and, if ctx has one, its cause.
 func notAcquired(ctx context.Context, key string) error {
-	err := fmt.Errorf("%w: %q still held when the wait ended: %w", ErrNotAcquired, key, ctx.Err())
+	return waitError(ctx, fmt.Errorf("%w: %q held by another holder when last looked at", ErrNotAcquired, key))
+}
+
+// waitError is err, which says why a wait ended without the lock, joined
+// with ctx's error and cause.
+func waitError(ctx context.Context, err error) error {
+	err = fmt.Errorf("%w: %w", err, ctx.Err())
 	if cause := context.Cause(ctx); cause != ctx.Err() {
 		err = errors.Join(err, cause)
 	}

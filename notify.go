@@ -70,6 +70,7 @@ type waiter struct {
 	carried   bool      // a release in flight is queueing it
 	removed   bool      // it stopped waiting
 	expires   time.Time // when what keeps it out expires, as far as it knows (zero: unknown)
+	free      bool      // its last look found what it waits for free, but waiters ahead of it
 }
 
 // A keyQueue is one key's waiters in this Client, first come first.

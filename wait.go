@@ -55,9 +55,10 @@ type grant struct {
 
 // Reply codes of wait.lua.
 const (
-	codeWait  = 0
-	codeHeld  = 1
-	codeLimit = 3
+	codeWait   = 0 // held: it waits
+	codeHeld   = 1
+	codeBehind = 2 // free, but waiters ahead of it wait for something else: it waits
+	codeLimit  = 3
 	codeGone  = 4
 )
 
@@ -89,7 +90,7 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 		if mustAttempt && !c.isPending(w) {
 			if err := ctx.Err(); err != nil {
 				if held {
-					return nil, notAcquired(ctx, l.key)
+					return nil, c.waitEnded(ctx, w)
 				}
 				return nil, opError("acquire", l.key, err)
 			}
@@ -105,7 +106,7 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 			case code == codeLimit:
 				return nil, err
 			case held && ctx.Err() != nil:
-				return nil, notAcquired(ctx, l.key)
+				return nil, c.waitEnded(ctx, w)
 			case !errors.Is(err, ErrNotAcquired):
 				return nil, err
 			}
@@ -146,7 +147,7 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 		case g := <-w.grant:
 			if ctx.Err() != nil {
 				// The wait ended as the lock came: leave passes it on.
-				return nil, notAcquired(ctx, l.key)
+				return nil, c.waitEnded(ctx, w)
 			}
 			if l.handed(g) {
 				c.nowHolding(l)
@@ -160,7 +161,7 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 			// A pending waiter that a release queued meanwhile waits on.
 			mustAttempt = !pending || c.stopPending(w)
 		case <-ctx.Done():
-			return nil, notAcquired(ctx, l.key)
+			return nil, c.waitEnded(ctx, w)
 		}
 		if t != nil {
 			t.Stop()
@@ -169,6 +170,18 @@ func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock,
 			return nil, fmt.Errorf("padlock: acquire %q: %w", l.key, ErrClosed)
 		}
 	}
+}
+
+// waitEnded is the error of w's wait that ctx ended: what w last saw of
+// its key (an attempt, or a renewal's look).
+func (c *Client) waitEnded(ctx context.Context, w *waiter) error {
+	c.notify.mu.Lock()
+	free := w.free
+	c.notify.mu.Unlock()
+	if free {
+		return waitError(ctx, fmt.Errorf("%w: %q was free when last looked at, but waiters queued ahead took it first or wait for more", ErrNotAcquired, w.lock.key))
+	}
+	return notAcquired(ctx, w.lock.key)
 }
 
 // waitTimer is how long w waits, at most, before it attempts again: a
@@ -275,8 +288,11 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 		return code, 0, fmt.Errorf("%w: WithLimit(%d) on %q, whose holders and waiters use WithLimit(%d)", ErrInvalid, l.counted().limit, l.key, stored)
 	case code == codeGone:
 		return code, 0, fmt.Errorf("%w: %q: the ticket is gone", ErrNotAcquired, l.key)
-	case code == codeWait && w != nil && life > 0:
+	case (code == codeWait || code == codeBehind) && w != nil && life > 0:
 		c.queued(w, sent)
+		c.notify.mu.Lock()
+		w.free = code == codeBehind
+		c.notify.mu.Unlock()
 	}
 	return code, d, err
 }
@@ -702,7 +718,9 @@ func (s *scheduler) renewTickets(ctx context.Context, leases []*lease) {
 	}
 	rs := make([]renewal, 0, len(leases))
 	sent := time.Now()
+	looks := s.c.keyLooks(leases)
 	_, _ = s.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		looks.send(ctx, p)
 		queues := map[string]bool{}
 		for _, ls := range leases {
 			n.mu.Lock()
@@ -719,6 +737,7 @@ func (s *scheduler) renewTickets(ctx context.Context, leases []*lease) {
 		}
 		return nil
 	})
+	s.c.wakeFreed(looks.missing(ctx, s.c.rdb))
 	for _, r := range rs {
 		ok, err := r.cmd.Result()
 		switch {
@@ -736,6 +755,109 @@ func (s *scheduler) renewTickets(ctx context.Context, leases []*lease) {
 			r.ls.err, r.ls.retryAt = err, time.Now().Add(max(r.ls.ttl/16, time.Millisecond))
 			s.mu.Unlock()
 		}
+	}
+}
+
+// Redis is the truth: a renewal of the tickets also looks whether the
+// keys they wait for are there. A key deleted, evicted or expired by
+// anything but padlock (an operator's DEL, another library's release, a
+// PEXPIRE) frees it with nobody to grant it; a key found missing wakes
+// one of its waiters here, whose attempt serves the key's queue. One
+// EXISTS counts the keys of a Cluster slot (on one server: all of them);
+// only a count short of the keys is asked again, key by key.
+
+// A keyLook is one EXISTS of keys that share a slot, and the waiter
+// (its lease) to wake for each.
+type keyLook struct {
+	keys   []string
+	wakes  []*lease
+	exists *redis.IntCmd
+}
+
+type keyLooks []*keyLook
+
+// keyLooks groups the keys that the tickets of leases wait for: by slot
+// on a Cluster, else in one group.
+func (c *Client) keyLooks(leases []*lease) keyLooks {
+	_, cluster := c.rdb.(*redis.ClusterClient)
+	groups := map[uint16]*keyLook{}
+	var looks keyLooks
+	seen := map[string]bool{}
+	for _, ls := range leases {
+		keys := ls.l.queueKeys()
+		for i := 0; i < len(keys); i += 2 {
+			k := keys[i]
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			var g uint16
+			if cluster {
+				g = slot(k)
+			}
+			kl := groups[g]
+			if kl == nil {
+				kl = &keyLook{}
+				groups[g] = kl
+				looks = append(looks, kl)
+			}
+			kl.keys = append(kl.keys, k)
+			kl.wakes = append(kl.wakes, ls)
+		}
+	}
+	return looks
+}
+
+// send queues the EXISTS of each group on p.
+func (ks keyLooks) send(ctx context.Context, p redis.Pipeliner) {
+	for _, kl := range ks {
+		kl.exists = p.Exists(ctx, kl.keys...)
+	}
+}
+
+// missing returns the leases to wake for the keys that the EXISTS found
+// missing, asking again key by key (one more round trip) where a count
+// came short. An error is no news: the next renewal looks again.
+func (ks keyLooks) missing(ctx context.Context, rdb redis.UniversalClient) []*lease {
+	var short []*keyLook
+	for _, kl := range ks {
+		if n, err := kl.exists.Result(); err == nil && n < int64(len(kl.keys)) {
+			short = append(short, kl)
+		}
+	}
+	if len(short) == 0 {
+		return nil
+	}
+	type one struct {
+		ls  *lease
+		cmd *redis.IntCmd
+	}
+	var ones []one
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, kl := range short {
+			for i, k := range kl.keys {
+				ones = append(ones, one{kl.wakes[i], p.Exists(ctx, k)})
+			}
+		}
+		return nil
+	})
+	var wake []*lease
+	for _, o := range ones {
+		if n, err := o.cmd.Result(); err == nil && n == 0 {
+			wake = append(wake, o.ls)
+		}
+	}
+	return wake
+}
+
+// wakeFreed wakes the waiters of leases, whose keys were found missing,
+// to attempt, which serves their queues.
+func (c *Client) wakeFreed(leases []*lease) {
+	c.notify.mu.Lock()
+	defer c.notify.mu.Unlock()
+	for _, ls := range leases {
+		ls.w.free = true
+		signal(ls.w.wake)
 	}
 }
 

@@ -40,7 +40,8 @@ local function held()
   end
   local H = holders(K, P, w.k)
   local v = w.v
-  local exp = redis.call('ZSCORE', H, v)
+  local ok, exp = pcall(redis.call, 'ZSCORE', H, v)
+  if not ok then return nil end -- a string holds it: not this kind's holders (see free)
   if not exp or tonumber(exp) <= t then
     v = nil
     if chosen then v = member(H, w.tok, t) end
@@ -97,19 +98,22 @@ end
 if w.k == 'n' and not limitOK(P, w) then return limitError() end -- set by a grant just now
 
 -- Free, and nobody queued: take it.
-local take = true
+local open = true -- what it waits for is free: only the queue ahead keeps it out
+if w.k == 'm' then
+  for i = 1, #KEYS, 2 do
+    if redis.call('EXISTS', KEYS[i]) == 1 then open = false end
+  end
+else
+  open = free(K, P, w, t)
+end
+local take = open
 for i = 1, #KEYS, 2 do
   if redis.call('EXISTS', KEYS[i + 1]) == 1 then take = false end
 end
 if take and w.k == 'm' then
-  for i = 1, #KEYS, 2 do
-    if redis.call('EXISTS', KEYS[i]) == 1 then take = false end
-  end
-  if take then
-    for i = 1, #KEYS, 2 do redis.call('SET', KEYS[i], w.v, 'PX', string.format('%d', w.ttl)) end
-    return reply(1, 0, mine)
-  end
-elseif take and free(K, P, w, t) then
+  for i = 1, #KEYS, 2 do redis.call('SET', KEYS[i], w.v, 'PX', string.format('%d', w.ttl)) end
+  return reply(1, 0, mine)
+elseif take then
   return reply(1, admit(K, P, w, t), mine)
 end
 
@@ -118,8 +122,7 @@ end
 -- key), that head's ticket.
 local ms = -1
 if w.k == 'n' then
-  local first = redis.call('ZRANGE', K, 0, 0, 'WITHSCORES')
-  if first[1] then ms = tonumber(first[2]) - t end
+  ms = expiresIn(K, t, 'n')
 else
   for i = 1, #KEYS, 2 do
     local p = redis.call('PTTL', KEYS[i])
@@ -145,4 +148,5 @@ if life > 0 then
     redis.call('SET', P .. 'limit', w.l, 'PX', QUEUE_LIFE)
   end
 end
+if open then return reply(2, ms, mine) end
 return reply(0, ms, mine)
