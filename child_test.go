@@ -28,7 +28,7 @@ import (
 // register KEYS[1] (a hash) to ARGV[2] if the fence ARGV[1] is at least the
 // highest fence it has seen, and returns 1; otherwise it writes nothing and
 // returns 0. ARGV[1] = "0" writes without a fence check.
-var fencedWrite = redis.NewScript(`
+const fencedWrite = `
 local fence = tonumber(ARGV[1])
 if fence > 0 then
   local last = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
@@ -36,7 +36,7 @@ if fence > 0 then
   redis.call('HSET', KEYS[1], 'fence', ARGV[1])
 end
 redis.call('HSET', KEYS[1], 'value', ARGV[2])
-return 1`)
+return 1`
 
 // runChild runs the child named by mode and returns its exit status.
 func runChild(mode string) int {
@@ -101,7 +101,7 @@ func holderChild(c *padlock.Client, rdb *redis.Client) error {
 	for in.Scan() {
 		switch in.Text() {
 		case "write":
-			ok, err := fencedWrite.Run(ctx, rdb, []string{reg}, l.Fence(), "written by the paused holder").Bool()
+			ok, err := rdb.Eval(ctx, fencedWrite, []string{reg}, l.Fence(), "written by the paused holder").Bool()
 			say("write ok=%v err=%v", ok, err)
 		case "extend":
 			say("extend %v", errName(l.Extend(ctx, time.Minute)))
@@ -140,7 +140,7 @@ func waiterChild(c *padlock.Client, rdb *redis.Client) error {
 	for in.Scan() {
 		switch in.Text() {
 		case "write":
-			ok, err := fencedWrite.Run(ctx, rdb, []string{reg}, l.Fence(), "written by the waiter").Bool()
+			ok, err := rdb.Eval(ctx, fencedWrite, []string{reg}, l.Fence(), "written by the waiter").Bool()
 			say("write ok=%v err=%v", ok, err)
 		case "release":
 			say("release %v", errName(l.Release(ctx)))
@@ -347,7 +347,7 @@ func linChild(c *padlock.Client, rdb *redis.Client) error {
 // Accepted writes are linearizable however many holders run at once, as
 // long as fences are unique; whether holders overlap at all is checked
 // apart, on the times they held (see TestLinearizableUnderFaults).
-var semStore = redis.NewScript(`
+const semStore = `
 local top = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
 local f = tonumber(ARGV[2])
 if ARGV[1] == 'read' then
@@ -356,7 +356,7 @@ if ARGV[1] == 'read' then
 end
 if f < top then return 0 end
 redis.call('HSET', KEYS[1], 'fence', f, 'value', ARGV[3])
-return 1`)
+return 1`
 
 // section is one critical section: a fenced read, the work (a sleep),
 // then a fenced write of the value plus one. A careless holder writes
@@ -364,14 +364,14 @@ return 1`)
 // write would.
 func section(rdb *redis.Client, reg string, fence int64, client int, emit func(linOp), work time.Duration) {
 	call := time.Now().UnixNano()
-	v, err := semStore.Run(context.Background(), rdb, []string{reg}, "read", fence).Int64()
+	v, err := rdb.Eval(context.Background(), semStore, []string{reg}, "read", fence).Int64()
 	if err != nil {
 		return // a failed read changes nothing: no operation
 	}
 	emit(linOp{Kind: "read", Client: client, Call: call, Return: time.Now().UnixNano(), Value: v})
 	time.Sleep(work)
 	emit(writeOp(client, v, func() (bool, error) {
-		return semStore.Run(context.Background(), rdb, []string{reg}, "write", fence, v+1).Bool()
+		return rdb.Eval(context.Background(), semStore, []string{reg}, "write", fence, v+1).Bool()
 	}))
 }
 

@@ -13,13 +13,22 @@ import (
 	"github.com/padlock-go/padlock"
 )
 
-// exampleRedis starts an in-process miniredis so the examples run
-// anywhere; in a service, rdb is your usual go-redis client.
-func exampleRedis() (*redis.Client, func()) {
-	mr, err := miniredis.Run()
+// runMiniredis starts an in-process miniredis (outside Go's strict FIPS
+// mode: see unenforced).
+func runMiniredis() *miniredis.Miniredis {
+	var mr *miniredis.Miniredis
+	var err error
+	unenforced(func() { mr, err = miniredis.Run() })
 	if err != nil {
 		panic(err)
 	}
+	return mr
+}
+
+// exampleRedis starts an in-process miniredis so the examples run
+// anywhere; in a service, rdb is your usual go-redis client.
+func exampleRedis() (*redis.Client, func()) {
+	mr := runMiniredis()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	return rdb, func() {
 		_ = rdb.Close()
@@ -179,19 +188,19 @@ func ExampleLock_Fence() {
 	ctx := context.Background()
 
 	// KEYS[1]: the record, a hash with its value and the highest fence seen.
-	write := redis.NewScript(`
+	const write = `
 local last = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
 if tonumber(ARGV[1]) < last then return 0 end
 redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
-return 1`)
+return 1`
 
 	paused, _ := locks.TryAcquire(ctx, "lock:invoice:7", time.Second)
 	_ = rdb.Del(ctx, "lock:invoice:7") // stands for: paused past its ttl, the lock expired
 	next, _ := locks.TryAcquire(ctx, "lock:invoice:7", time.Second)
 
-	ok, _ := write.Run(ctx, rdb, []string{"invoice:7"}, next.Fence(), "paid").Bool()
+	ok, _ := rdb.Eval(ctx, write, []string{"invoice:7"}, next.Fence(), "paid").Bool()
 	fmt.Println("new holder's write applied:", ok)
-	ok, _ = write.Run(ctx, rdb, []string{"invoice:7"}, paused.Fence(), "unpaid").Bool()
+	ok, _ = rdb.Eval(ctx, write, []string{"invoice:7"}, paused.Fence(), "unpaid").Bool()
 	fmt.Println("paused holder's write applied:", ok)
 	fmt.Println("invoice:", rdb.HGet(ctx, "invoice:7", "value").Val())
 	// Output:
@@ -258,10 +267,7 @@ func Example_failClosedOrOpen() {
 // also records its completion, in the same transaction as its effect, and
 // checks the record first. Run twice, it has its effect once.
 func Example_idempotency() {
-	mr, err := miniredis.Run()
-	if err != nil {
-		panic(err)
-	}
+	mr := runMiniredis()
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()

@@ -70,7 +70,8 @@ type env struct {
 
 func newMini(t testing.TB, opts ...padlock.Option) *env {
 	t.Helper()
-	mr := miniredis.RunT(t)
+	var mr *miniredis.Miniredis
+	unenforced(func() { mr = miniredis.RunT(t) })
 	return newEnv(t, mr.Addr(), mr, nil, opts)
 }
 

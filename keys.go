@@ -138,7 +138,7 @@ func (l *Lock) acquireOn(ctx context.Context, r doer) (int64, error) {
 }
 
 // extendCall is the script, keys and arguments that extend l for ttl.
-func (l *Lock) extendCall(ttl int64) (luaScript, []string, []any) {
+func (l *Lock) extendCall(ttl int64) (*luaScript, []string, []any) {
 	if k := l.counted(); k != nil {
 		return countExtendScript, l.keys[:2], []any{l.value, ttl, l.kind()}
 	}
@@ -149,7 +149,7 @@ func (l *Lock) extendCall(ttl int64) (luaScript, []string, []any) {
 }
 
 // pttlCall is the script, keys and arguments that read l's remaining ttl.
-func (l *Lock) pttlCall() (luaScript, []string, []any) {
+func (l *Lock) pttlCall() (*luaScript, []string, []any) {
 	if k := l.counted(); k != nil {
 		return countPTTLScript, l.keys[:2], []any{l.value, l.kind()}
 	}

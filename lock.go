@@ -264,7 +264,7 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	var key0 any = key
 	tk := l.tryKeys()
 	l.acqCmd = make([]any, 0, 3+len(tk)+2)
-	l.acqCmd = append(l.acqCmd, "evalsha", acquireSHA, numKeys[len(tk)], key0)
+	l.acqCmd = append(l.acqCmd, "evalsha", acquireScript.digest(), numKeys[len(tk)], key0)
 	for _, k := range tk[1:] {
 		l.acqCmd = append(l.acqCmd, k)
 	}
@@ -377,15 +377,16 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	if c.nodes != nil {
 		return c.redlockAttempt(ctx, l)
 	}
-	r, conn, err := l.writer(ctx)
-	if err != nil {
-		return 0, err
-	}
+	var sent time.Time
+	var n int64
+	conn, err := l.onWriter(ctx, func(r doer) (err error) {
+		sent = time.Now()
+		n, err = l.acquireOn(ctx, r)
+		return err
+	})
 	if conn != nil {
 		defer conn.Close()
 	}
-	sent := time.Now()
-	n, err := l.acquireOn(ctx, r)
 	if err != nil {
 		if mayHaveRun(err) {
 			l.undo(ctx)
@@ -840,16 +841,17 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	if l.c.nodes != nil {
 		return l.redlockExtend(ctx, ttl)
 	}
-	r, conn, err := l.writer(ctx)
-	if err != nil {
-		return false, err
-	}
+	var sent time.Time
+	var n int64
+	script, keys, args := l.extendCall(ttl.Milliseconds())
+	conn, err := l.onWriter(ctx, func(r doer) (err error) {
+		sent = time.Now()
+		n, err = script.Run(ctx, r, keys, args...).Int64()
+		return err
+	})
 	if conn != nil {
 		defer conn.Close()
 	}
-	sent := time.Now()
-	script, keys, args := l.extendCall(ttl.Milliseconds())
-	n, err := script.Run(ctx, r, keys, args...).Int64()
 	if err != nil || n != 1 {
 		return false, err
 	}

@@ -285,4 +285,3 @@ func TestManyIdleWaitersServedAfterAPlainDEL(t *testing.T) {
 	}
 	require.Less(t, time.Since(freed), servedBound)
 }
-

@@ -235,8 +235,6 @@ type releaseCounter struct {
 	n        int
 }
 
-var releaseSHA = padlock.ReleaseScriptSHA
-
 func (r *releaseCounter) landed() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -246,7 +244,7 @@ func (r *releaseCounter) landed() int {
 func (r *releaseCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if args := cmd.Args(); len(args) > 1 && args[1] == releaseSHA && err == nil {
+		if args := cmd.Args(); len(args) > 1 && args[1] == padlock.ReleaseScriptSHA() && err == nil {
 			r.mu.Lock()
 			r.n++
 			r.mu.Unlock()

@@ -3,6 +3,7 @@ package padlock
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,6 +62,69 @@ func (l *Lock) writer(ctx context.Context) (r doer, conn *redis.Conn, err error)
 		return nil, nil, err
 	}
 	return connDoer{conn}, conn, nil
+}
+
+// onWriter runs write on l's writer and returns the connection it ran on
+// (nil without WithReplicas), open for the WAIT after it, for the caller
+// to close. On a Cluster, a node that answers MOVED or ASK ran nothing:
+// its slot moved (a failover, a resharding), and a bare connection does
+// not follow; the Client's slot map is reloaded and write is sent again
+// to the key's primary now, a few times at most.
+func (l *Lock) onWriter(ctx context.Context, write func(r doer) error) (*redis.Conn, error) {
+	for try := 0; ; try++ {
+		r, conn, err := l.writer(ctx)
+		if err != nil {
+			return nil, err
+		}
+		err = write(r)
+		if err == nil {
+			return conn, nil
+		}
+		if conn != nil {
+			_ = conn.Close()
+		}
+		to, moved := movedTo(err)
+		if !moved || try == 3 {
+			return nil, err
+		}
+		if err := l.c.followSlot(ctx, l.key, to); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// movedTo reports whether err is a Cluster node's MOVED or ASK reply, and
+// the address it names.
+func movedTo(err error) (addr string, ok bool) {
+	if !isRedisError(err) {
+		return "", false
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "MOVED ") && !strings.HasPrefix(msg, "ASK ") {
+		return "", false
+	}
+	return msg[strings.LastIndexByte(msg, ' ')+1:], true
+}
+
+// followSlot waits, reloading the Client's Cluster slot map, until it names
+// addr as key's primary (go-redis reloads it in the background, at most
+// every 200ms), for up to 2s or until ctx ends.
+func (c *Client) followSlot(ctx context.Context, key, addr string) error {
+	rdb, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for {
+		rdb.ReloadState(ctx)
+		if node, err := rdb.MasterForKey(ctx, key); err == nil && node.Options().Addr == addr {
+			return nil
+		}
+		if err := sleep(ctx, key, 20*time.Millisecond); err != nil {
+			return fmt.Errorf("the Cluster's slot map did not name %s as %q's primary: %w", addr, key, err)
+		}
+	}
 }
 
 // connDoer sends padlock's commands over one connection. (*redis.Conn has

@@ -174,15 +174,16 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 // acquired, ErrNotAcquired and the script's ms. When the outcome is
 // unknown (a lost reply) it releases what it may have taken.
 func (l *Lock) attemptWith(ctx context.Context, run func(r doer) *redis.Cmd) (time.Duration, error) {
-	r, conn, err := l.writer(ctx)
-	if err != nil {
-		return 0, err
-	}
+	var sent time.Time
+	var reply []any
+	conn, err := l.onWriter(ctx, func(r doer) (err error) {
+		sent = time.Now()
+		reply, err = run(r).Slice()
+		return err
+	})
 	if conn != nil {
 		defer conn.Close()
 	}
-	sent := time.Now()
-	reply, err := run(r).Slice()
 	if err == nil && len(reply) < 2 {
 		err = fmt.Errorf("unexpected reply %v", reply)
 	}

@@ -57,7 +57,7 @@ func pausedHolder(t *testing.T, e *env, kind string, nextOpts []padlock.Option) 
 	next, err := e.c.Acquire(e.ctx, e.key, time.Minute, append(nextOpts, padlock.WithFencing())...)
 	require.NoError(t, err, "the paused holder's lock expired")
 	assert.Equal(t, "acquired fence="+strconv.FormatInt(next.Fence()-1, 10), first, "fences go up")
-	ok, err := fencedWrite.Run(e.ctx, e.raw, []string{reg}, next.Fence(), "written by the new holder").Bool()
+	ok, err := e.raw.Eval(e.ctx, fencedWrite, []string{reg}, next.Fence(), "written by the new holder").Bool()
 	require.NoError(t, err)
 	require.True(t, ok)
 
@@ -482,7 +482,7 @@ func TestHandOffToAStoppedOrKilledWaiter(t *testing.T) {
 			t.Logf("the next waiter got it %v after the release (the handed lock's ttl: %v)", took.Round(time.Millisecond), ttl)
 			assert.GreaterOrEqual(t, took, ttl/2, "it waited for the handed lock to expire")
 			assert.Equal(t, holder.Fence()+2, l.Fence(), "the hand-off to the %s waiter took a fence", how)
-			ok, err := fencedWrite.Run(e.ctx, e.raw, []string{reg}, l.Fence(), "written by the next waiter").Bool()
+			ok, err := e.raw.Eval(e.ctx, fencedWrite, []string{reg}, l.Fence(), "written by the next waiter").Bool()
 			require.NoError(t, err)
 			require.True(t, ok)
 			if how == "killed" {

@@ -431,16 +431,16 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	cmds := s.extendAll(ctx, rdb, locked, ttls)
 	// A flushed or restarted server: load the scripts that were missing,
 	// and try again.
-	missing := map[string]luaScript{}
+	missing := map[*luaScript]bool{}
 	for i, cmd := range cmds {
 		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			script, _, _ := locked[i].l.extendCall(0)
-			missing[script.Hash()] = script
+			missing[script] = true
 		}
 	}
 	if len(missing) > 0 {
-		for _, script := range missing {
-			_ = script.Load(ctx, rdb).Err()
+		for script := range missing {
+			_ = script.Load(ctx, rdb)
 		}
 		sent = time.Now()
 		cmds = s.extendAll(ctx, rdb, locked, ttls)

@@ -5,13 +5,14 @@ import (
 	"embed"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The Lua scripts, one file each. They run as EVALSHA; on NOSCRIPT (a
-// fresh or flushed server) go-redis falls back to EVAL, which also loads
-// the script.
+// The Lua scripts, one file each. They run as EVALSHA once their digest
+// is known, and as EVAL before, or on NOSCRIPT (a fresh or flushed
+// server), which also loads them.
 var (
 	acquireScript      = script("acquire")
 	releaseScript      = grantScript("release")
@@ -36,22 +37,73 @@ var (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// A luaScript is a script and its source, for sending as EVAL.
+// A luaScript is a Lua script and its digest, once known. padlock does not
+// compute digests (SHA-1, which Go's FIPS 140-only mode refuses): the
+// server does, in its reply to SCRIPT LOAD, once per script; the digest is
+// the same on every server, so a server without the script answers
+// NOSCRIPT, and gets it as EVAL.
 type luaScript struct {
-	*redis.Script
 	src string
+	sha atomic.Value // the digest, a string boxed once as a command argument; nil until SCRIPT LOAD told it
+}
+
+// digest returns s's digest, boxed, or nil if it is not known yet.
+func (s *luaScript) digest() any { return s.sha.Load() }
+
+// Load loads s into the server r sends to, and learns its digest.
+func (s *luaScript) Load(ctx context.Context, r redis.Scripter) error {
+	sha, err := r.ScriptLoad(ctx, s.src).Result()
+	if err != nil {
+		return err
+	}
+	s.sha.CompareAndSwap(nil, any(sha))
+	return nil
+}
+
+// known returns s's digest, learning it with SCRIPT LOAD on r if it is not
+// known yet, or nil if the load failed (the caller sends EVAL).
+func (s *luaScript) known(ctx context.Context, r redis.Scripter) any {
+	if sha := s.digest(); sha != nil {
+		return sha
+	}
+	if s.Load(ctx, r) != nil {
+		return nil
+	}
+	return s.digest()
+}
+
+// Run runs s on r with keys and args: EVALSHA, or EVAL when the digest is
+// not known or the server answers NOSCRIPT.
+func (s *luaScript) Run(ctx context.Context, r redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	sha, _ := s.known(ctx, r).(string)
+	if sha == "" {
+		return r.Eval(ctx, s.src, keys, args...)
+	}
+	cmd := r.EvalSha(ctx, sha, keys, args...)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		return r.Eval(ctx, s.src, keys, args...)
+	}
+	return cmd
+}
+
+// EvalSha queues s on the pipeline p: as EVALSHA if its digest is known,
+// else as EVAL. (A pipeline cannot learn the digest first.)
+func (s *luaScript) EvalSha(ctx context.Context, p redis.Pipeliner, keys []string, args ...any) *redis.Cmd {
+	if sha, ok := s.digest().(string); ok {
+		return p.EvalSha(ctx, sha, keys, args...)
+	}
+	return p.Eval(ctx, s.src, keys, args...)
 }
 
 // script is lua/<name>.lua, after lua/token.lua, which every script
 // shares.
-func script(name string) luaScript {
-	src := source("token") + source(name)
-	return luaScript{redis.NewScript(src), src}
+func script(name string) *luaScript {
+	return &luaScript{src: source("token") + source(name)}
 }
 
 // grantScript is a script that uses lua/grant.lua, inserted at its line
 // "--@grant".
-func grantScript(name string) luaScript {
+func grantScript(name string) *luaScript {
 	before, after, ok := strings.Cut(source(name), "--@grant\n")
 	if !ok {
 		panic("lua/" + name + ".lua has no --@grant line") // embedded at build time: a test runs it
@@ -59,7 +111,7 @@ func grantScript(name string) luaScript {
 	src := source("token") + before + fmt.Sprintf("local QUEUE_LIFE = %d\n", queueLife.Milliseconds()) + source("grant") + after
 	// A script may also read a key as inspect.lua does, as a function.
 	src = strings.Replace(src, "--@inspect\n", "local function inspect()\n"+source("inspect")+"end\n", 1)
-	return luaScript{redis.NewScript(src), src}
+	return &luaScript{src: src}
 }
 
 func source(name string) string {
@@ -70,12 +122,9 @@ func source(name string) string {
 	return string(src)
 }
 
-// The digests of the hot scripts and the key counts, boxed once as command
-// arguments (see evalsha).
-var (
-	acquireSHA any = acquireScript.Hash()
-	numKeys        = [...]any{"0", "1", "2", "3", "4", "5"}
-)
+// numKeys are the key counts, boxed once as command arguments (see
+// evalsha).
+var numKeys = [...]any{"0", "1", "2", "3", "4", "5"}
 
 // doer is what padlock sends commands and scripts through: a client, or
 // one connection (see Lock.writer).
@@ -84,11 +133,20 @@ type doer interface {
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
-// evalsha runs a command built as ["evalsha", digest, numkeys, keys...,
-// args...], with its arguments boxed once by the caller rather than on
-// every call. On NOSCRIPT (a new or flushed server) it sends the same as
-// EVAL with the script's source, which also loads it.
-func evalsha(ctx context.Context, rdb doer, s luaScript, args []any) *redis.Cmd {
+// evalsha runs s as a command built as ["evalsha", digest, numkeys,
+// keys..., args...], with its arguments boxed once by the caller rather
+// than on every call; digest may be nil, if it was not known when the
+// caller built them. On NOSCRIPT (a new or flushed server) it sends the
+// same as EVAL with the script's source, which also loads it.
+func evalsha(ctx context.Context, rdb doer, s *luaScript, args []any) *redis.Cmd {
+	if args[1] == nil {
+		sha := s.known(ctx, rdb)
+		args = append([]any{"evalsha", sha}, args[2:]...)
+		if sha == nil {
+			args[0], args[1] = "eval", s.src
+			return rdb.Do(ctx, args...)
+		}
+	}
 	cmd := rdb.Do(ctx, args...)
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		eval := make([]any, len(args))

@@ -59,7 +59,7 @@ const (
 	codeHeld   = 1
 	codeBehind = 2 // free, but waiters ahead of it wait for something else: it waits
 	codeLimit  = 3
-	codeGone  = 4
+	codeGone   = 4
 )
 
 // queueWaiting is Acquire for a lock whose waiters queue in Redis.

@@ -30,7 +30,7 @@ type holdRelease struct {
 func (h *holdRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		if len(args) > 1 && args[0] == "evalsha" && args[1] == padlock.ReleaseScriptSHA && h.fired.CompareAndSwap(false, true) {
+		if len(args) > 1 && args[0] == "evalsha" && args[1] == padlock.ReleaseScriptSHA() && h.fired.CompareAndSwap(false, true) {
 			close(h.held)
 			<-h.let
 		}

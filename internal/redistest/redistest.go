@@ -442,3 +442,38 @@ func StartClusterN(t T, n int) []*Server {
 	}
 	return nodes
 }
+
+// StartClusterReplica starts a cluster node that joins the cluster of
+// primary as its replica, and waits until it is in sync.
+func StartClusterReplica(t T, primary *Server) *Server {
+	t.Helper()
+	s := Start(t, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "2000"))
+	ctx := context.Background()
+	prdb, rdb := primary.Client(), s.Client()
+	id, err := prdb.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatalf("redistest: CLUSTER MYID: %v", err)
+	}
+	if err := rdb.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(primary.Port())).Err(); err != nil {
+		t.Fatalf("redistest: CLUSTER MEET: %v", err)
+	}
+	deadline := time.Now().Add(startTimeout)
+	replicating := false
+	for {
+		// REPLICATE needs the primary known first: retried until it is.
+		var err error
+		if !replicating {
+			err = rdb.Do(ctx, "CLUSTER", "REPLICATE", id).Err()
+			replicating = err == nil
+		}
+		info, _ := rdb.Info(ctx, "replication").Result()
+		if replicating && strings.Contains(info, "master_link_status:up") {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: cluster replica not in sync after %v: %v %s", startTimeout, err, info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,96 @@
+package padlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/redistest"
+)
+
+// role is what INFO replication says a server is: "master" or "slave".
+func role(t *testing.T, rdb *redis.Client) string {
+	info, err := rdb.Info(context.Background(), "replication").Result()
+	if err != nil {
+		return ""
+	}
+	_, rest, _ := strings.Cut(info, "role:")
+	r, _, _ := strings.Cut(rest, "\r\n")
+	return r
+}
+
+// A graceful CLUSTER FAILOVER (a managed Redis's maintenance window) moves
+// a shard's slots to its replica while a WithReplicas lease is kept alive
+// and waiters wait: the old master answers MOVED, which padlock follows to
+// the new master. The lease is not lost, no Acquire fails with MOVED, and
+// every waiter is served within a second of each release.
+func TestClusterFailoverKeepsAWithReplicasLease(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
+	primary := redistest.StartCluster(t)
+	replica := redistest.StartClusterReplica(t, primary)
+	// Each Client on a ClusterClient of its own: the holder's slot map is
+	// refreshed by nothing but its own calls.
+	cluster := func() *redis.ClusterClient {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{primary.Addr(), replica.Addr()}})
+		t.Cleanup(func() { _ = cc.Close() })
+		return cc
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	opts := []padlock.Option{padlock.WithReplicas(1, time.Second), padlock.WithFencing()}
+	holder := padlock.New(cluster(), opts...)
+	defer holder.Close()
+	const key, ttl = "lock:{failover}", time.Second
+	l, err := holder.Acquire(ctx, key, ttl)
+	require.NoError(t, err)
+	kctx, stop := l.KeepAlive(ctx)
+	defer stop()
+
+	const n = 3
+	waiters := padlock.New(cluster(), opts...)
+	defer waiters.Close()
+	type served struct {
+		at  time.Time
+		err error
+	}
+	got := make(chan served, n)
+	for range n {
+		go func() {
+			l, err := waiters.Acquire(ctx, key, ttl)
+			if err == nil {
+				time.Sleep(100 * time.Millisecond)
+				err = l.Release(context.Background())
+			}
+			got <- served{time.Now(), err}
+		}()
+	}
+	waitForOn(t, holder, key, n)
+
+	require.NoError(t, replica.Client().Do(ctx, "CLUSTER", "FAILOVER").Err())
+	require.Eventually(t, func() bool { return role(t, replica.Client()) == "master" && role(t, primary.Client()) == "slave" },
+		10*time.Second, 20*time.Millisecond, "the replica took over")
+	// The old master resyncs as a replica: WithReplicas has its replica again.
+	require.Eventually(t, func() bool {
+		info, _ := replica.Client().Info(ctx, "replication").Result()
+		return strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	}, 10*time.Second, 20*time.Millisecond)
+
+	time.Sleep(2 * ttl) // renewals now reach only the new master
+	require.NoError(t, kctx.Err(), "the lease survived the failover: %v", context.Cause(kctx))
+	released := time.Now()
+	require.NoError(t, l.Release(ctx))
+	last := released
+	for range n {
+		s := <-got
+		require.NoError(t, s.err, "no Acquire fails with MOVED")
+		require.False(t, errors.Is(s.err, padlock.ErrNotAcquired))
+		require.Less(t, s.at.Sub(last), time.Second+100*time.Millisecond, "served within a second of the release before it")
+		last = s.at
+	}
+}
