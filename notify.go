@@ -84,6 +84,7 @@ type keyQueue struct {
 type subscriber struct {
 	node    redis.UniversalClient
 	sharded bool
+	probe   bool          // a Sentinel failover client's: checks that it listens on the primary (see heard)
 	done    chan struct{} // closed when the goroutine has exited
 	idle    *time.Timer   // while no key uses it: closes it; under the notifier's mu
 
@@ -420,7 +421,7 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 		n.sharded = 1
 		n.mu.Unlock()
 	}
-	s := &subscriber{node: node, ps: ps, sharded: sharded, done: make(chan struct{}), chans: map[string]struct{}{}}
+	s := &subscriber{node: node, ps: ps, sharded: sharded, probe: isFailover(node), done: make(chan struct{}), chans: map[string]struct{}{}}
 	for _, ch := range chans {
 		s.chans[ch] = struct{}{}
 	}
@@ -434,18 +435,38 @@ func isUnknownCommand(err error) bool {
 
 // read delivers notifications until s is closed. A connection silent for
 // n.quiet gets a PING; one silent for as long again is replaced (see
-// pubsubQuiet). Messages sent while no connection listened are lost: once
-// its channels are subscribed again, every waiter looks.
+// pubsubQuiet). On a Sentinel failover client, a connection that no longer
+// listens on the primary is replaced within failoverProbe (see heard).
+// Messages sent while no connection listened are lost: once its channels
+// are subscribed again, every waiter looks.
 func (s *subscriber) read(n *notifier) {
 	defer close(s.done)
 	ps := s.current() // only read replaces it (see redial)
 	pinged := false   // a PING went out, and nothing came since
 	fresh := false    // the connection is new, its channels not yet confirmed
+	wait := n.quiet
+	if s.probe {
+		wait = min(wait, failoverProbe)
+	}
+	heardAt, probedAt := time.Now(), time.Now()
 	for {
-		start := time.Now()
-		msg, err := ps.ReceiveTimeout(context.Background(), n.quiet)
+		msg, err := ps.ReceiveTimeout(context.Background(), wait)
 		var ne net.Error
-		silent := err != nil && errors.As(err, &ne) && ne.Timeout() && time.Since(start) >= n.quiet/2
+		timeout := err != nil && errors.As(err, &ne) && ne.Timeout()
+		silent := timeout && time.Since(heardAt) >= n.quiet
+		if err == nil {
+			heardAt = time.Now()
+		}
+		if s.probe && (err == nil || timeout) && time.Since(probedAt) >= failoverProbe {
+			probedAt = time.Now()
+			if !s.heard() {
+				if ps = s.redial(); ps == nil {
+					return
+				}
+				pinged, fresh, heardAt = false, true, time.Now()
+				continue
+			}
+		}
 		switch {
 		case err == nil:
 			pinged = false
@@ -461,7 +482,7 @@ func (s *subscriber) read(n *notifier) {
 		case s.isClosed() || errors.Is(err, redis.ErrClosed):
 			return
 		case silent && !pinged:
-			pinged = true
+			pinged, heardAt = true, time.Now() // the PONG has n.quiet to come
 			if err := ps.Ping(context.Background()); err != nil {
 				pinged, fresh = false, true // go-redis dialled again, and resubscribed
 			}
@@ -476,6 +497,50 @@ func (s *subscriber) read(n *notifier) {
 			pinged, fresh = false, true
 		}
 	}
+}
+
+// failoverProbe is how often a subscriber of a Sentinel failover client
+// checks that it listens on the primary (see heard).
+const failoverProbe = time.Second
+
+// probeMsg is the message of heard: no grant (see parseGrant).
+const probeMsg = "padlock-probe"
+
+// heard reports whether s's connection listens where the Client's commands
+// go: a message on one of its channels reaches a subscriber there (only
+// this connection listens to this Client's channels). After a Sentinel
+// switch, go-redis moves its command connections to the new primary, but
+// not (since v9.12 or so) its pub/sub ones, which stay on the demoted
+// primary, where no grant is announced. An error tells nothing: heard
+// reports true.
+func (s *subscriber) heard() bool {
+	s.mu.Lock()
+	ch := ""
+	for c := range s.chans {
+		ch = c
+		break
+	}
+	s.mu.Unlock()
+	if ch == "" {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+	defer cancel()
+	var cmd *redis.IntCmd
+	if s.sharded {
+		cmd = s.node.SPublish(ctx, ch, probeMsg)
+	} else {
+		cmd = s.node.Publish(ctx, ch, probeMsg)
+	}
+	n, err := cmd.Result()
+	return err != nil || n > 0
+}
+
+// isFailover reports whether rdb is a Sentinel failover client (go-redis
+// names its address so).
+func isFailover(rdb redis.UniversalClient) bool {
+	c, ok := rdb.(*redis.Client)
+	return ok && c.Options().Addr == "FailoverClient"
 }
 
 // unsubscribeLocked is called when a key has no waiter here any more. Its
