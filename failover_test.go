@@ -3,7 +3,9 @@ package padlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/faultproxy"
 	"github.com/padlock-go/padlock/internal/redistest"
 )
 
@@ -171,4 +174,125 @@ func TestSentinelFailoverMovesTheSubscription(t *testing.T) {
 		require.Less(t, time.Since(released), 300*time.Millisecond, "round %d: heard on the new primary", round)
 		require.NoError(t, w.l.Release(ctx))
 	}
+}
+
+// A hold is one successful Acquire of the workload: when it returned, its
+// fence, and when its Release was sent.
+type hold struct {
+	start, end time.Time
+	fence      int64
+}
+
+// Sentinel failovers that lose writes: the replica is cut off from the
+// primary (its link blackholed), and 300ms later the primary is SIGKILLed;
+// Sentinel promotes the replica, which lacks what the primary took since
+// the cut. With WithReplicas, no lock was handed out that the replica
+// lacked: holds never overlap and fences never go back, across the
+// failovers (one; three in the long mode), and every Acquire returns.
+func TestSentinelLossyFailoverWithReplicas(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
+	rounds := 1
+	if longRun() {
+		rounds = 3
+	}
+	servers := [2]*redistest.Server{redistest.Start(t), nil}
+	// link starts (or points) servers[1-i] as a replica of servers[i],
+	// through a proxy that can cut it off.
+	link := func(i int, replica *redistest.Server) (*redistest.Server, *faultproxy.Proxy) {
+		p, err := faultproxy.Start(servers[i].Addr())
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		_, port, _ := strings.Cut(p.Addr(), ":")
+		if replica == nil {
+			replica = redistest.Start(t, redistest.WithArgs("--replicaof", "127.0.0.1", port))
+		} else {
+			require.NoError(t, replica.Client().SlaveOf(t.Context(), "127.0.0.1", port).Err())
+		}
+		require.Eventually(t, func() bool {
+			info, _ := replica.Client().Info(t.Context(), "replication").Result()
+			return strings.Contains(info, "master_link_status:up")
+		}, 10*time.Second, 20*time.Millisecond, "the replica is in sync")
+		return replica, p
+	}
+	var proxy *faultproxy.Proxy
+	servers[1], proxy = link(0, nil)
+	sentinel := redistest.StartSentinel(t, servers[0], "padlock")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	const key, ttl = "lock:lossy", time.Second
+	var mu sync.Mutex
+	var holds []hold
+	var slow []time.Duration // Acquires that returned after their ctx's deadline and a second
+	var workers sync.WaitGroup
+	for range 4 {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "padlock", SentinelAddrs: []string{sentinel.Addr()},
+			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := padlock.New(rdb, padlock.WithReplicas(1, 200*time.Millisecond), padlock.WithFencing())
+		t.Cleanup(func() { _ = c.Close() })
+		workers.Go(func() {
+			for ctx.Err() == nil {
+				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+				called := time.Now()
+				l, err := c.Acquire(actx, key, ttl)
+				acancel()
+				if took := time.Since(called); took > 3*time.Second {
+					mu.Lock()
+					slow = append(slow, took)
+					mu.Unlock()
+				}
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				h := hold{start: time.Now(), fence: l.Fence()}
+				time.Sleep(5 * time.Millisecond)
+				h.end = time.Now()
+				_ = l.Release(context.Background())
+				mu.Lock()
+				holds = append(holds, h)
+				mu.Unlock()
+			}
+		})
+	}
+	master := 0
+	for round := range rounds {
+		time.Sleep(time.Second) // hand-offs under load
+		proxy.SetBlackhole(true)
+		time.Sleep(300 * time.Millisecond)
+		servers[master].Kill()
+		replica := servers[1-master]
+		require.Eventually(t, func() bool { return role(t, replica.Client()) == "master" },
+			20*time.Second, 50*time.Millisecond, "round %d: the replica was promoted", round)
+		mu.Lock()
+		before := len(holds)
+		mu.Unlock()
+		// The killed one comes back, empty, as the new primary's replica:
+		// until then WithReplicas(1) takes nothing.
+		old := servers[master]
+		old.Restart()
+		master = 1 - master
+		_, proxy = link(master, old)
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(holds) > before+10
+		}, 10*time.Second, 20*time.Millisecond, "round %d: locks are taken on the new primary", round)
+	}
+	time.Sleep(time.Second)
+	cancel()
+	workers.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, slow, "every Acquire returned by its deadline")
+	require.Greater(t, len(holds), 50, "the workload ran")
+	slices.SortFunc(holds, func(a, b hold) int { return a.start.Compare(b.start) })
+	for i := 1; i < len(holds); i++ {
+		prev, h := holds[i-1], holds[i]
+		require.False(t, h.start.Before(prev.end), "hold %d (fence %d) overlaps the one before (fence %d)", i, h.fence, prev.fence)
+		require.Greater(t, h.fence, prev.fence, "hold %d: fences never go back", i)
+	}
+	t.Logf("%d holds over %d failovers", len(holds), rounds)
 }

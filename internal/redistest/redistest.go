@@ -378,11 +378,13 @@ func StartCluster(t T) *Server {
 }
 
 // StartSentinel starts a Redis Sentinel that monitors primary under the
-// name master, with a quorum of 1, for go-redis's failover clients.
+// name master, with a quorum of 1, for go-redis's failover clients. It
+// takes a primary for down after a second of silence, as a test wants.
 func StartSentinel(t T, primary *Server, master string) *Server {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "sentinel.conf")
-	line := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\n", master, primary.Port())
+	line := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\n", master, primary.Port()) +
+		fmt.Sprintf("sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 5000\n", master, master)
 	if err := os.WriteFile(conf, []byte(line), 0o600); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
