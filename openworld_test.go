@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/redistest"
 )
 
 // The open world: something other than padlock frees a key that padlock's
@@ -112,6 +113,16 @@ func TestWaitersServedWhenSomethingElseFreesTheKey(t *testing.T) {
 			name: "an operator's UNLINK of a held padlock lock",
 			hold: func(t *testing.T, key string, k waitKind) { holdByPadlock(t, e.c, key, k) },
 			free: func(t *testing.T, key string) { require.NoError(t, raw.Unlink(t.Context(), key).Err()) },
+		},
+		{
+			name: "FLUSHALL",
+			hold: func(t *testing.T, key string, k waitKind) { holdByPadlock(t, e.c, key, k) },
+			free: func(t *testing.T, key string) {
+				// Only this subtest's keys: the others run beside it.
+				keys, err := raw.Keys(t.Context(), key+"*").Result()
+				require.NoError(t, err)
+				require.NoError(t, raw.Del(t.Context(), keys...).Err())
+			},
 		},
 		{
 			name: "a shortened ttl",
@@ -284,4 +295,81 @@ func TestManyIdleWaitersServedAfterAPlainDEL(t *testing.T) {
 		require.NoError(t, <-served)
 	}
 	require.Less(t, time.Since(freed), servedBound)
+}
+
+// The same on a Cluster of 3 masters: a key deleted by hand on each master
+// (the renewal counts each slot's keys apart), with waiters of every kind.
+func TestClusterWaitersServedAfterAPlainDEL(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
+	_, cc := startCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	holders, waiters := padlock.New(cc), padlock.New(cc)
+	defer holders.Close()
+	defer waiters.Close()
+	var keys []string
+	served := make(chan error, 3*len(waitKinds))
+	for i := range 3 {
+		for _, k := range waitKinds {
+			key := fmt.Sprintf("lock:cluster:%d:%s", i, k.name)
+			keys = append(keys, key)
+			holdByPadlock(t, holders, key, k)
+			go func() {
+				l, err := waiters.Acquire(ctx, key, 10*time.Second, k.opts...)
+				if err == nil {
+					err = l.Release(context.Background())
+				}
+				served <- err
+			}()
+		}
+	}
+	for _, k := range keys {
+		waitForOn(t, holders, k, 1)
+	}
+	for _, k := range keys {
+		require.NoError(t, cc.Del(ctx, k).Err())
+	}
+	freed := time.Now()
+	for range keys {
+		require.NoError(t, <-served)
+	}
+	require.Less(t, time.Since(freed), servedBound)
+}
+
+// A Redlock waiter looks at the key itself (its attempts, on a backoff): a
+// key set by hand with no ttl on every node, then deleted, is taken.
+func TestRedlockWaiterServedAfterAPlainDEL(t *testing.T) {
+	t.Parallel()
+	e := startRedlock(t, 3)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	const key = "lock:redlock:by-hand"
+	for _, r := range e.raws {
+		require.NoError(t, r.Set(ctx, key, "by hand", 0).Err())
+	}
+	got := acquireLater(ctx, e.c, key, 10*time.Second)
+	time.Sleep(300 * time.Millisecond) // it waits
+	for _, r := range e.raws {
+		require.NoError(t, r.Del(ctx, key).Err())
+	}
+	freed := time.Now()
+	w := <-got
+	require.NoError(t, w.err)
+	require.Less(t, time.Since(freed), servedBound)
+	require.NoError(t, w.l.Release(ctx))
+}
+
+// With WithReplicas, a waiter is served the same way after an operator's
+// DEL on the primary.
+func TestAWithReplicasWaiterServedAfterAPlainDEL(t *testing.T) {
+	t.Parallel()
+	e := newReal(t, nil)
+	redistest.StartReplica(t, e.srv)
+	opts := []padlock.Option{padlock.WithReplicas(1, time.Second)}
+	freedWaiters(t, e, e.key, 2, opts,
+		func() {
+			_, err := e.c.TryAcquire(t.Context(), e.key, 30*time.Second, opts...)
+			require.NoError(t, err)
+		},
+		func() { require.NoError(t, e.raw.Del(t.Context(), e.key).Err()) })
 }
