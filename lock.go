@@ -156,9 +156,13 @@ func (l *Lock) lockName() any {
 // It does not poll: it queues behind earlier waiters (of this Client, and
 // of other Clients through Redis), and the release that ends the wait sets
 // the lock for it in the same round trip (see the package documentation;
-// the returned Lock's Deadline counts from before that release). As a
-// fallback it also looks when the holder's lock expires, and after the
-// backoff (see WithBackoff, WithoutNotifications). If ctx ends just as the
+// the returned Lock's Deadline counts from before that release). Redis is
+// the truth: a key freed by anything else (a DEL by hand, another
+// library's release, eviction, a shortened or missing TTL) is noticed
+// within a ticket renewal (2.5s for a ttl of 5s or more, ttl/2 below) by
+// its Client, which serves the queue. It also looks when the holder's lock
+// expires, and, with notifications off (WithoutNotifications) or on
+// Redlock, after the backoff (WithBackoff). If ctx ends just as the
 // lock is handed to it, it passes the lock on to the next waiter and
 // returns the ctx error. The same token is used for every attempt (unless
 // its ticket lapsed while it waited: it queues again under a new one), so
