@@ -361,7 +361,7 @@ func (c *Client) nodeFindings(n NodeInfo) []Finding {
 // scripts: the README's minimal ACL rule admits exactly these (a test
 // holds the two together). Each is probed by Check.
 var aclCommands = []string{
-	"evalsha", "eval", "script|load", "get", "set", "del", "exists", "type", "pexpire", "pttl", "incr", "time",
+	"evalsha", "eval", "script|load", "get", "mget", "set", "del", "exists", "type", "pexpire", "pttl", "incr", "time",
 	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyscore", "zscore", "zcard", "zcount",
 	"hset", "hget", "hdel", "publish", "spublish", "subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "ping", "hello",
 }
@@ -388,7 +388,7 @@ func probes(p, z, h string, proto int) []probe {
 		{"hello", []any{"hello", proto}},
 		{"script|load", []any{"script", "load", one}}, {"evalsha", []any{"evalsha", returnOneSHA, 0}},
 		{"eval", []any{"eval", one, 0}}, {"time", []any{"time"}}, {"ping", []any{"ping"}},
-		{"set", []any{"set", p, "1", "px", ttl}}, {"get", []any{"get", p}}, {"exists", []any{"exists", p}},
+		{"set", []any{"set", p, "1", "px", ttl}}, {"get", []any{"get", p}}, {"mget", []any{"mget", p}}, {"exists", []any{"exists", p}},
 		{"type", []any{"type", p}}, {"incr", []any{"incr", p}}, {"pexpire", []any{"pexpire", p, ttl}}, {"pttl", []any{"pttl", p}},
 		{"zadd", []any{"zadd", z, 1, "m"}}, {"pexpire", []any{"pexpire", z, ttl}}, {"zscore", []any{"zscore", z, "m"}},
 		{"zcard", []any{"zcard", z}}, {"zcount", []any{"zcount", z, "-inf", "+inf"}}, {"zrange", []any{"zrange", z, 0, -1}},

@@ -192,6 +192,24 @@ func everyOperation(t *testing.T, s *matrixServer, newRDB func() *redis.Client) 
 		}
 	})
 
+	t.Run("a waiter is served after a plain DEL", func(t *testing.T) {
+		// Redis is the truth: the renewal of its ticket (every 250ms for a
+		// ttl of 500ms) looks at the key, as this user may.
+		k := key + ":del"
+		require.NoError(t, s.admin.Set(ctx, k, "by hand", 0).Err())
+		got := acquireLater(ctx, b, k, 500*time.Millisecond)
+		require.Eventually(t, func() bool { return s.admin.Exists(ctx, k+":{"+k+"}:queue").Val() == 1 },
+			5*time.Second, 5*time.Millisecond, "the waiter queued")
+		require.NoError(t, s.admin.Del(ctx, k).Err())
+		select {
+		case w := <-got:
+			require.NoError(t, w.err)
+			require.NoError(t, w.l.Release(ctx))
+		case <-time.After(3 * time.Second):
+			t.Fatal("the waiter was not served after the DEL")
+		}
+	})
+
 	t.Run("waiters in one client", func(t *testing.T) {
 		k := key + ":local"
 		held, err := a.TryAcquire(ctx, k, 30*time.Second)

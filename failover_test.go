@@ -296,3 +296,62 @@ func TestSentinelLossyFailoverWithReplicas(t *testing.T) {
 	}
 	t.Logf("%d holds over %d failovers", len(holds), rounds)
 }
+
+// A slot being migrated (a resharding) answers ASK for the keys already
+// moved: a WithReplicas lease's renewals follow it, with ASKING, to the
+// importing master, and the lease lives on through the migration.
+func TestClusterMigrationKeepsAWithReplicasLease(t *testing.T) {
+	if !longRun() {
+		t.Skip("six servers: the long mode (PADLOCK_LONG=1) runs it")
+	}
+	t.Parallel() // starts servers of its own; mostly waits
+	nodes := redistest.StartClusterN(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		redistest.StartClusterReplica(t, n)
+		addrs = append(addrs, n.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = cc.Close() })
+	ctx := t.Context()
+	c := padlock.New(cc, padlock.WithReplicas(1, time.Second), padlock.WithFencing())
+	defer c.Close()
+	const key, ttl = "lock:{asked}", time.Second
+	l, err := c.Acquire(ctx, key, ttl)
+	require.NoError(t, err)
+	kctx, stop := l.KeepAlive(ctx)
+	defer stop()
+
+	// moveSlot, in two halves: the keys move, then (2 ttls later) the slot.
+	slot := int(cc.ClusterKeySlot(ctx, key).Val())
+	src, err := cc.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	var from, to *redistest.Server
+	for _, n := range nodes {
+		if n.Addr() == src.Options().Addr {
+			from = n
+		} else if to == nil {
+			to = n
+		}
+	}
+	fromC, toC := from.Client(), to.Client()
+	fromID, toID := fromC.Do(ctx, "CLUSTER", "MYID").Val().(string), toC.Do(ctx, "CLUSTER", "MYID").Val().(string)
+	require.NoError(t, toC.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
+	require.NoError(t, fromC.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
+	keys, err := fromC.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+	require.NoError(t, err)
+	args := []any{"MIGRATE", "127.0.0.1", to.Port(), "", 0, 5000, "KEYS"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	require.NoError(t, fromC.Do(ctx, args...).Err())
+
+	time.Sleep(2 * ttl) // renewals meet ASK: only those that follow it keep the lease
+	require.NoError(t, kctx.Err(), "the lease survived the migration: %v", context.Cause(kctx))
+	for _, n := range nodes {
+		require.NoError(t, n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	}
+	time.Sleep(2 * ttl) // and MOVED after it
+	require.NoError(t, kctx.Err(), "the lease survived the end of the migration: %v", context.Cause(kctx))
+	require.NoError(t, l.Release(ctx))
+}

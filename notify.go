@@ -91,6 +91,7 @@ type subscriber struct {
 	mu     sync.Mutex
 	ps     *redis.PubSub       // replaced when it is found dead (see pubsubQuiet)
 	chans  map[string]struct{} // every channel subscribed on it
+	sure   map[string]struct{} // those the server confirmed on ps (see heard)
 	closed bool
 }
 
@@ -350,6 +351,7 @@ func (s *subscriber) redial() *redis.PubSub {
 	}
 	old := s.ps
 	s.ps = fresh // from now on subscribe uses it
+	s.sure = nil
 	chans := slices.Collect(maps.Keys(s.chans))
 	s.mu.Unlock()
 	_ = old.Close()
@@ -395,12 +397,13 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 	n.mu.Unlock()
 
 	var ps *redis.PubSub
+	var first any // the first confirmation
 	var err error
 	chans := c.channels(key)
 	sharded := mode >= 0
 	if sharded {
 		ps = node.SSubscribe(ctx, chans...)
-		if _, err = ps.Receive(ctx); err != nil && isUnknownCommand(err) {
+		if first, err = ps.Receive(ctx); err != nil && isUnknownCommand(err) {
 			_ = ps.Close()
 			sharded = false
 			n.mu.Lock()
@@ -410,7 +413,7 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 	}
 	if !sharded {
 		ps = node.Subscribe(ctx, chans...)
-		_, err = ps.Receive(ctx)
+		first, err = ps.Receive(ctx)
 	}
 	if err != nil {
 		_ = ps.Close()
@@ -424,6 +427,9 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 	s := &subscriber{node: node, ps: ps, sharded: sharded, probe: isFailover(node), done: make(chan struct{}), chans: map[string]struct{}{}}
 	for _, ch := range chans {
 		s.chans[ch] = struct{}{}
+	}
+	if m, ok := first.(*redis.Subscription); ok {
+		s.confirmed(ps, m)
 	}
 	go s.read(n)
 	return s, nil
@@ -457,16 +463,6 @@ func (s *subscriber) read(n *notifier) {
 		if err == nil {
 			heardAt = time.Now()
 		}
-		if s.probe && (err == nil || timeout) && time.Since(probedAt) >= failoverProbe {
-			probedAt = time.Now()
-			if !s.heard() {
-				if ps = s.redial(); ps == nil {
-					return
-				}
-				pinged, fresh, heardAt = false, true, time.Now()
-				continue
-			}
-		}
 		switch {
 		case err == nil:
 			pinged = false
@@ -474,6 +470,7 @@ func (s *subscriber) read(n *notifier) {
 			case *redis.Message:
 				n.received(m.Channel, m.Payload)
 			case *redis.Subscription:
+				s.confirmed(ps, m)
 				if fresh {
 					fresh = false
 					n.wakeAll()
@@ -496,7 +493,29 @@ func (s *subscriber) read(n *notifier) {
 			time.Sleep(10 * time.Millisecond)
 			pinged, fresh = false, true
 		}
+		if s.probe && (err == nil || timeout) && time.Since(probedAt) >= failoverProbe {
+			probedAt = time.Now()
+			if !s.heard(n.id) {
+				if ps = s.redial(); ps == nil {
+					return
+				}
+				pinged, fresh, heardAt = false, true, time.Now()
+			}
+		}
 	}
+}
+
+// confirmed records a confirmation of a subscription on ps.
+func (s *subscriber) confirmed(ps *redis.PubSub, m *redis.Subscription) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ps != ps || !strings.HasSuffix(m.Kind, "subscribe") || strings.HasSuffix(m.Kind, "unsubscribe") {
+		return
+	}
+	if s.sure == nil {
+		s.sure = map[string]struct{}{}
+	}
+	s.sure[m.Channel] = struct{}{}
 }
 
 // failoverProbe is how often a subscriber of a Sentinel failover client
@@ -507,18 +526,21 @@ const failoverProbe = time.Second
 const probeMsg = "padlock-probe"
 
 // heard reports whether s's connection listens where the Client's commands
-// go: a message on one of its channels reaches a subscriber there (only
-// this connection listens to this Client's channels). After a Sentinel
+// go: a message on one of its channels that the server confirmed, and that
+// only this Client listens to (the one way to wait's, named for id),
+// reaches a subscriber there. After a Sentinel
 // switch, go-redis moves its command connections to the new primary, but
 // not (since v9.12 or so) its pub/sub ones, which stay on the demoted
 // primary, where no grant is announced. An error tells nothing: heard
 // reports true.
-func (s *subscriber) heard() bool {
+func (s *subscriber) heard(id string) bool {
 	s.mu.Lock()
 	ch := ""
-	for c := range s.chans {
-		ch = c
-		break
+	for c := range s.sure {
+		if strings.HasSuffix(c, "to:"+id) { // not a channel other Clients hear too
+			ch = c
+			break
+		}
 	}
 	s.mu.Unlock()
 	if ch == "" {

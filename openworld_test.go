@@ -373,3 +373,41 @@ func TestAWithReplicasWaiterServedAfterAPlainDEL(t *testing.T) {
 		},
 		func() { require.NoError(t, e.raw.Del(t.Context(), e.key).Err()) })
 }
+
+// A key that is free while the head of its queue waits for another key (a
+// multi-key lock) wakes its waiters once, not at every renewal: a waiter
+// that found it free behind others is not woken again until a look finds
+// the key held, and a multi-key waiter only when all its keys are free.
+func TestAFreeKeyBehindAnotherIsNotAttemptedOverAndOver(t *testing.T) {
+	e := newReal(t, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	other := "{" + e.key + "}:other"
+	require.NoError(t, e.raw.Set(ctx, other, "by hand", 0).Err())
+	many := make(chan error, 1)
+	go func() {
+		_, err := e.c.AcquireMany(ctx, []string{e.key, other}, time.Minute)
+		many <- err
+	}()
+	waitFor(t, e, 1)
+	single := acquireLater(ctx, e.c, e.key, time.Second)
+	waitFor(t, e, 2)
+	time.Sleep(time.Second) // the first looks, and the attempt they wake
+	_, _ = e.n.reset()
+	time.Sleep(3 * time.Second) // six renewals of the waiter's ticket (it lives 1s)
+	_, cmds := e.n.reset()
+	scripts := 0
+	for _, c := range cmds {
+		if c == "evalsha" || c == "eval" {
+			scripts++
+		}
+	}
+	// The waiter behind also looks when the head's ticket would lapse (5s
+	// after its last renewal): once at most in the window.
+	require.LessOrEqual(t, scripts, 1, "no attempt at every renewal while nothing changes: %v", cmds)
+	cancel()
+	require.ErrorIs(t, <-many, padlock.ErrNotAcquired)
+	w := <-single
+	require.ErrorIs(t, w.err, padlock.ErrNotAcquired)
+	require.Contains(t, w.err.Error(), "was free")
+}

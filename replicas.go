@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,13 +67,24 @@ func (l *Lock) writer(ctx context.Context) (r doer, conn *redis.Conn, err error)
 
 // onWriter runs write on l's writer and returns the connection it ran on
 // (nil without WithReplicas), open for the WAIT after it, for the caller
-// to close. On a Cluster, a node that answers MOVED or ASK ran nothing:
-// its slot moved (a failover, a resharding), and a bare connection does
-// not follow; the Client's slot map is reloaded and write is sent again
-// to the key's primary now, a few times at most.
+// to close. On a Cluster, a node that answers MOVED or ASK ran nothing,
+// and a bare connection does not follow: after MOVED (the slot moved: a
+// failover, the end of a resharding) the Client's slot map is reloaded and
+// write is sent again to the key's master now; after ASK (a slot being
+// migrated) it is sent to the node that asks, after ASKING. A few times at
+// most.
 func (l *Lock) onWriter(ctx context.Context, write func(r doer) error) (*redis.Conn, error) {
+	ask := "" // the node that asked for the next try (ASK)
 	for try := 0; ; try++ {
-		r, conn, err := l.writer(ctx)
+		var r doer
+		var conn *redis.Conn
+		var err error
+		if ask != "" {
+			conn, err = l.c.askConn(ctx, ask)
+			r = connDoer{conn}
+		} else {
+			r, conn, err = l.writer(ctx)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -83,47 +95,103 @@ func (l *Lock) onWriter(ctx context.Context, write func(r doer) error) (*redis.C
 		if conn != nil {
 			_ = conn.Close()
 		}
-		to, moved := movedTo(err)
-		if !moved || try == 3 {
+		kind, to := redirect(err)
+		if kind == "" || try == 3 {
 			return nil, err
 		}
-		if err := l.c.followSlot(ctx, l.key, to); err != nil {
+		ask = ""
+		if kind == "ASK" {
+			ask = to
+		} else if err := l.c.followSlot(ctx, l.key, to, err); err != nil {
 			return nil, err
 		}
 	}
 }
 
-// movedTo reports whether err is a Cluster node's MOVED or ASK reply, and
-// the address it names.
-func movedTo(err error) (addr string, ok bool) {
+// redirect returns "MOVED" or "ASK" and the address it names if err is a
+// Cluster node's redirection, else "".
+func redirect(err error) (kind, addr string) {
 	if !isRedisError(err) {
-		return "", false
+		return "", ""
 	}
-	msg := err.Error()
-	if !strings.HasPrefix(msg, "MOVED ") && !strings.HasPrefix(msg, "ASK ") {
-		return "", false
+	kind, rest, _ := strings.Cut(err.Error(), " ")
+	if kind != "MOVED" && kind != "ASK" {
+		return "", ""
 	}
-	return msg[strings.LastIndexByte(msg, ' ')+1:], true
+	return kind, rest[strings.LastIndexByte(rest, ' ')+1:]
 }
 
-// followSlot waits, reloading the Client's Cluster slot map, until it names
-// addr as key's primary (go-redis reloads it in the background, at most
-// every 200ms), for up to 2s or until ctx ends.
-func (c *Client) followSlot(ctx context.Context, key, addr string) error {
+// followSlot reloads the Client's Cluster slot map until key's master in
+// it is no longer the one that answered moved (for addr), for up to 2s or
+// until ctx ends (go-redis reloads it in the background, at most every
+// 200ms).
+func (c *Client) followSlot(ctx context.Context, key, addr string, moved error) error {
 	rdb, ok := c.rdb.(*redis.ClusterClient)
 	if !ok {
-		return nil
+		return moved
 	}
+	node, err := rdb.MasterForKey(ctx, key)
+	if err != nil {
+		return err
+	}
+	was := node.Options().Addr
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	for {
 		rdb.ReloadState(ctx)
-		if node, err := rdb.MasterForKey(ctx, key); err == nil && node.Options().Addr == addr {
+		if node, err := rdb.MasterForKey(ctx, key); err == nil && (node.Options().Addr == addr || node.Options().Addr != was) {
 			return nil
 		}
-		if err := sleep(ctx, key, 20*time.Millisecond); err != nil {
-			return fmt.Errorf("the Cluster's slot map did not name %s as %q's primary: %w", addr, key, err)
+		if sleep(ctx, key, 20*time.Millisecond) != nil {
+			return fmt.Errorf("the Cluster's slot map still names %s as %q's master: %w", was, key, moved)
 		}
+	}
+}
+
+// askConn returns a connection to the Cluster master at addr that takes
+// scripts for a slot it is importing (see asking), for the caller to close.
+func (c *Client) askConn(ctx context.Context, addr string) (*redis.Conn, error) {
+	rdb, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return nil, fmt.Errorf("ASK to %s on a %T", addr, c.rdb)
+	}
+	var mu sync.Mutex
+	var target *redis.Client
+	_ = rdb.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		if m.Options().Addr == addr {
+			mu.Lock()
+			target = m
+			mu.Unlock()
+		}
+		return nil
+	})
+	if target == nil {
+		return nil, fmt.Errorf("ASK to %s: not a master the Cluster client knows", addr)
+	}
+	conn := target.Conn()
+	conn.AddHook(asking{})
+	return conn, nil
+}
+
+// asking is a hook of a connection to a node that imports a slot: ASKING
+// before each script (it holds for one command, and a script may go as
+// EVALSHA, then EVAL).
+type asking struct{}
+
+func (asking) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (asking) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (asking) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			if err := next(ctx, redis.NewStatusCmd(ctx, "asking")); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmd)
 	}
 }
 

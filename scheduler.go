@@ -427,23 +427,22 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	sent := time.Now()
-	cmds := s.extendAll(ctx, rdb, locked, ttls)
-	// A flushed or restarted server: load the scripts that were missing,
-	// and try again.
-	missing := map[*luaScript]bool{}
-	for i, cmd := range cmds {
-		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			script, _, _ := locked[i].l.extendCall(0)
-			missing[script] = true
+	for _, ls := range locked {
+		// A script's digest, learned once, so that renewals go as EVALSHA.
+		if script, keys, _ := ls.l.extendCall(0); script.digest() == nil {
+			script.known(ctx, rdb, keys[0])
 		}
 	}
-	if len(missing) > 0 {
-		for script := range missing {
-			_ = script.Load(ctx, rdb)
+	sent := time.Now()
+	cmds := s.extendAll(ctx, rdb, locked, ttls, false)
+	// A flushed or restarted server: send them again as EVAL, which loads
+	// the scripts.
+	for _, cmd := range cmds {
+		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			sent = time.Now()
+			cmds = s.extendAll(ctx, rdb, locked, ttls, true)
+			break
 		}
-		sent = time.Now()
-		cmds = s.extendAll(ctx, rdb, locked, ttls)
 	}
 	retry := time.Now()
 	for i, ls := range locked {
@@ -518,14 +517,18 @@ func (s *scheduler) renewOne(ls *lease) {
 	}
 }
 
-// extendAll sends one pipeline of extends, one per lease, and returns their
-// commands.
-func (s *scheduler) extendAll(ctx context.Context, rdb redis.UniversalClient, leases []*lease, ttls []time.Duration) []*redis.Cmd {
+// extendAll sends one pipeline of extends, one per lease, as EVALSHA (as
+// EVAL with eval, which loads the scripts), and returns their commands.
+func (s *scheduler) extendAll(ctx context.Context, rdb redis.UniversalClient, leases []*lease, ttls []time.Duration, eval bool) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(leases))
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, ls := range leases {
 			script, keys, args := ls.l.extendCall(ttls[i].Milliseconds())
-			cmds[i] = script.EvalSha(ctx, p, keys, args...)
+			if eval {
+				cmds[i] = p.Eval(ctx, script.src, keys, args...)
+			} else {
+				cmds[i] = script.EvalSha(ctx, p, keys, args...)
+			}
 		}
 		return nil
 	})

@@ -50,8 +50,18 @@ type luaScript struct {
 // digest returns s's digest, boxed, or nil if it is not known yet.
 func (s *luaScript) digest() any { return s.sha.Load() }
 
-// Load loads s into the server r sends to, and learns its digest.
-func (s *luaScript) Load(ctx context.Context, r redis.Scripter) error {
+// Load loads s into the server r sends to, and learns its digest. On a
+// Cluster it loads s into key's master alone (go-redis's ScriptLoad asks
+// every node, and fails if one does not answer): the others answer
+// NOSCRIPT once, and get EVAL.
+func (s *luaScript) Load(ctx context.Context, r redis.Scripter, key string) error {
+	if cc, ok := r.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		r = node
+	}
 	sha, err := r.ScriptLoad(ctx, s.src).Result()
 	if err != nil {
 		return err
@@ -60,13 +70,13 @@ func (s *luaScript) Load(ctx context.Context, r redis.Scripter) error {
 	return nil
 }
 
-// known returns s's digest, learning it with SCRIPT LOAD on r if it is not
-// known yet, or nil if the load failed (the caller sends EVAL).
-func (s *luaScript) known(ctx context.Context, r redis.Scripter) any {
+// known returns s's digest, learning it with SCRIPT LOAD on r (for key) if
+// it is not known yet, or nil if the load failed (the caller sends EVAL).
+func (s *luaScript) known(ctx context.Context, r redis.Scripter, key string) any {
 	if sha := s.digest(); sha != nil {
 		return sha
 	}
-	if s.Load(ctx, r) != nil {
+	if s.Load(ctx, r, key) != nil {
 		return nil
 	}
 	return s.digest()
@@ -75,7 +85,11 @@ func (s *luaScript) known(ctx context.Context, r redis.Scripter) any {
 // Run runs s on r with keys and args: EVALSHA, or EVAL when the digest is
 // not known or the server answers NOSCRIPT.
 func (s *luaScript) Run(ctx context.Context, r redis.Scripter, keys []string, args ...any) *redis.Cmd {
-	sha, _ := s.known(ctx, r).(string)
+	key := ""
+	if len(keys) > 0 {
+		key = keys[0]
+	}
+	sha, _ := s.known(ctx, r, key).(string)
 	if sha == "" {
 		return r.Eval(ctx, s.src, keys, args...)
 	}
@@ -87,7 +101,7 @@ func (s *luaScript) Run(ctx context.Context, r redis.Scripter, keys []string, ar
 }
 
 // EvalSha queues s on the pipeline p: as EVALSHA if its digest is known,
-// else as EVAL. (A pipeline cannot learn the digest first.)
+// else as EVAL (the caller learns it before: see known).
 func (s *luaScript) EvalSha(ctx context.Context, p redis.Pipeliner, keys []string, args ...any) *redis.Cmd {
 	if sha, ok := s.digest().(string); ok {
 		return p.EvalSha(ctx, sha, keys, args...)
@@ -140,7 +154,8 @@ type doer interface {
 // same as EVAL with the script's source, which also loads it.
 func evalsha(ctx context.Context, rdb doer, s *luaScript, args []any) *redis.Cmd {
 	if args[1] == nil {
-		sha := s.known(ctx, rdb)
+		key, _ := args[3].(string) // every caller has a key
+		sha := s.known(ctx, rdb, key)
 		args = append([]any{"evalsha", sha}, args[2:]...)
 		if sha == nil {
 			args[0], args[1] = "eval", s.src

@@ -737,7 +737,7 @@ func (s *scheduler) renewTickets(ctx context.Context, leases []*lease) {
 		}
 		return nil
 	})
-	s.c.wakeFreed(looks.missing(ctx, s.c.rdb))
+	looks.wakeFreed(s.c, looks.look(ctx, s.c.rdb))
 	for _, r := range rs {
 		ok, err := r.cmd.Result()
 		switch {
@@ -763,101 +763,159 @@ func (s *scheduler) renewTickets(ctx context.Context, leases []*lease) {
 // anything but padlock (an operator's DEL, another library's release, a
 // PEXPIRE) frees it with nobody to grant it; a key found missing wakes
 // one of its waiters here, whose attempt serves the key's queue. One
-// EXISTS counts the keys of a Cluster slot (on one server: all of them);
-// only a count short of the keys is asked again, key by key.
+// command looks at the keys of a Cluster slot (on one server: all of
+// them): an MGET of those that hold a string when held (a lock, a shared
+// hold's marker), an EXISTS of a semaphore's sorted sets, asked again key
+// by key (one more round trip) only when its count comes short. A waiter
+// whose last attempt found its key free but the queue ahead waiting for
+// something else (another key of a multi-key lock) is not woken again
+// until a look finds the key held.
 
-// A keyLook is one EXISTS of keys that share a slot, and the waiter
-// (its lease) to wake for each.
+// A keyLook is one look at the keys of one slot and kind of value, and
+// the waiters (their leases) of each.
 type keyLook struct {
+	sets   bool // semaphores' sorted sets: EXISTS, else MGET
 	keys   []string
-	wakes  []*lease
+	wakes  [][]*lease
+	values *redis.SliceCmd
 	exists *redis.IntCmd
 }
 
 type keyLooks []*keyLook
 
 // keyLooks groups the keys that the tickets of leases wait for: by slot
-// on a Cluster, else in one group.
+// on a Cluster, and by kind of value.
 func (c *Client) keyLooks(leases []*lease) keyLooks {
 	_, cluster := c.rdb.(*redis.ClusterClient)
-	groups := map[uint16]*keyLook{}
+	type group struct {
+		slot uint16
+		sets bool
+	}
+	groups := map[group]*keyLook{}
+	type place struct {
+		kl *keyLook
+		i  int
+	}
+	at := map[string]place{} // where a key is in its group
 	var looks keyLooks
-	seen := map[string]bool{}
 	for _, ls := range leases {
 		keys := ls.l.queueKeys()
 		for i := 0; i < len(keys); i += 2 {
 			k := keys[i]
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-			var g uint16
+			g := group{sets: ls.l.kind() == "n"}
 			if cluster {
-				g = slot(k)
+				g.slot = slot(k)
 			}
 			kl := groups[g]
 			if kl == nil {
-				kl = &keyLook{}
+				kl = &keyLook{sets: g.sets}
 				groups[g] = kl
 				looks = append(looks, kl)
 			}
-			kl.keys = append(kl.keys, k)
-			kl.wakes = append(kl.wakes, ls)
+			p, ok := at[k]
+			if !ok || p.kl != kl {
+				p = place{kl, len(kl.keys)}
+				at[k] = p
+				kl.keys = append(kl.keys, k)
+				kl.wakes = append(kl.wakes, nil)
+			}
+			kl.wakes[p.i] = append(kl.wakes[p.i], ls)
 		}
 	}
 	return looks
 }
 
-// send queues the EXISTS of each group on p.
+// send queues each group's look on p.
 func (ks keyLooks) send(ctx context.Context, p redis.Pipeliner) {
 	for _, kl := range ks {
-		kl.exists = p.Exists(ctx, kl.keys...)
+		if kl.sets {
+			kl.exists = p.Exists(ctx, kl.keys...)
+		} else {
+			kl.values = p.MGet(ctx, kl.keys...)
+		}
 	}
 }
 
-// missing returns the leases to wake for the keys that the EXISTS found
-// missing, asking again key by key (one more round trip) where a count
-// came short. An error is no news: the next renewal looks again.
-func (ks keyLooks) missing(ctx context.Context, rdb redis.UniversalClient) []*lease {
+// look returns, for each key looked at, its waiters and whether it is
+// there; a look that failed tells nothing (the next renewal looks again).
+// A count that came short is asked again key by key.
+func (ks keyLooks) look(ctx context.Context, rdb redis.UniversalClient) map[string]bool {
+	there := map[string]bool{}
 	var short []*keyLook
 	for _, kl := range ks {
-		if n, err := kl.exists.Result(); err == nil && n < int64(len(kl.keys)) {
-			short = append(short, kl)
+		if kl.sets {
+			if n, err := kl.exists.Result(); err == nil && n < int64(len(kl.keys)) {
+				short = append(short, kl)
+			} else if err == nil {
+				for _, k := range kl.keys {
+					there[k] = true
+				}
+			}
+			continue
+		}
+		if vs, err := kl.values.Result(); err == nil && len(vs) == len(kl.keys) {
+			for i, v := range vs {
+				there[kl.keys[i]] = v != nil
+			}
 		}
 	}
 	if len(short) == 0 {
-		return nil
+		return there
 	}
-	type one struct {
-		ls  *lease
-		cmd *redis.IntCmd
-	}
-	var ones []one
+	cmds := map[string]*redis.IntCmd{}
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, kl := range short {
-			for i, k := range kl.keys {
-				ones = append(ones, one{kl.wakes[i], p.Exists(ctx, k)})
+			for _, k := range kl.keys {
+				cmds[k] = p.Exists(ctx, k)
 			}
 		}
 		return nil
 	})
-	var wake []*lease
-	for _, o := range ones {
-		if n, err := o.cmd.Result(); err == nil && n == 0 {
-			wake = append(wake, o.ls)
+	for k, cmd := range cmds {
+		if n, err := cmd.Result(); err == nil {
+			there[k] = n == 1
 		}
 	}
-	return wake
+	return there
 }
 
-// wakeFreed wakes the waiters of leases, whose keys were found missing,
-// to attempt, which serves their queues.
-func (c *Client) wakeFreed(leases []*lease) {
-	c.notify.mu.Lock()
-	defer c.notify.mu.Unlock()
-	for _, ls := range leases {
-		ls.w.free = true
-		signal(ls.w.wake)
+// wakeFreed wakes, for each key that the look found missing, one waiter
+// here that waits for nothing else (a multi-key lock: all its keys are
+// missing), still waits, and did not find it free behind others since it
+// was last seen held; a key found there makes its waiters' next "free"
+// look count again.
+func (ks keyLooks) wakeFreed(c *Client, there map[string]bool) {
+	missing := func(ls *lease) bool {
+		keys := ls.l.queueKeys()
+		for i := 0; i < len(keys); i += 2 {
+			if found, ok := there[keys[i]]; !ok || found {
+				return false
+			}
+		}
+		return true
+	}
+	n := &c.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, kl := range ks {
+		for i, k := range kl.keys {
+			found, ok := there[k]
+			if !ok {
+				continue
+			}
+			woken := false // one is enough: its attempt serves the queue
+			for _, ls := range kl.wakes[i] {
+				switch {
+				case found:
+					ls.w.free = false
+				case woken || ls.w.removed || ls.w.free || !missing(ls):
+				default:
+					ls.w.free = true // until its attempt says
+					signal(ls.w.wake)
+					woken = true
+				}
+			}
+		}
 	}
 }
 
