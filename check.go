@@ -420,6 +420,10 @@ func (c *Client) checkCommands(ctx context.Context, key string, targets []redis.
 	p, z, h := sideKey(key, "check"), sideKey(key, "check-z"), sideKey(key, "check-h")
 	var fs []Finding
 	for i, r := range targets {
+		if f, ok := setupRefused(ctx, r, names[i]); ok {
+			fs = append(fs, f) // no command works: nothing else to name
+			continue
+		}
 		refused := map[string]string{}
 		pipe := r.Pipeline()
 		proto := 3
@@ -479,6 +483,38 @@ func (c *Client) checkCommands(ctx context.Context, key string, targets []redis.
 		}
 	}
 	return fs
+}
+
+// setupRefused reports a Danger finding if the user may not set up a
+// connection at all: a command that go-redis sends first (SELECT of the
+// URL's database, CLIENT SETNAME) is refused, so every command fails with
+// its NOPERM, which would otherwise be blamed on the probes.
+func setupRefused(ctx context.Context, r redis.UniversalClient, node string) (Finding, bool) {
+	err := r.Ping(ctx).Err()
+	if err == nil || !isPermissionError(err.Error()) {
+		return Finding{}, false
+	}
+	name := quotedCommand(err.Error())
+	if name == "" || name == "ping" {
+		return Finding{}, false // PING itself: the probes name it
+	}
+	return Finding{Severity: Danger, Node: node, Topic: "acl",
+		Problem: fmt.Sprintf("the Redis user may not run %s, which go-redis sends when it sets up a connection (%s): no command works", strings.ToUpper(name), err),
+		Fix:     fmt.Sprintf("add +%s to the user's rule (a database other than 0 needs +select)", name)}, true
+}
+
+// quotedCommand is the command a NOPERM message names in quotes ("... run
+// the 'select' command"), or "".
+func quotedCommand(msg string) string {
+	_, rest, ok := strings.Cut(msg, "'")
+	if !ok {
+		return ""
+	}
+	name, _, ok := strings.Cut(rest, "'")
+	if !ok {
+		return ""
+	}
+	return strings.ToLower(name)
 }
 
 // probeSubscribe subscribes to channel on a connection of its own, sharded
@@ -659,11 +695,12 @@ func (c *Client) checkCycle(ctx context.Context, key string, nodes []redis.Unive
 }
 
 // sibling returns a new Client with c's connections and defaults but no
-// observer, for Check's cycle, which takes plain locks.
+// observer, for Check's cycle, which takes plain locks with random tokens.
 func (c *Client) sibling() *Client {
 	s := New(c.rdb)
 	s.opts, s.nodes = c.opts, c.nodes
 	s.opts.obs, s.opts.limitSet, s.opts.shared = nil, false, false
+	s.opts.token, s.opts.tokenSet = "", false // the holder and the waiter are two
 	return s
 }
 

@@ -220,6 +220,50 @@ func TestCheckNamesTheMissingPermission(t *testing.T) {
 	}
 }
 
+// A user with exactly the README's rule (and +info +config|get), on db 1
+// through the URL form: go-redis's SELECT is refused on every connection,
+// so nothing works, and Check names SELECT, not the probes it made; with
+// +select, as the README says for a database other than 0, all is well.
+func TestCheckNamesSELECTForAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	s := startMatrixServer(t, redistest.Servers(t)[0])
+	ctx := t.Context()
+	for _, tt := range []struct {
+		name   string
+		extra  []string
+		danger bool
+	}{
+		{"without +select", nil, true},
+		{"with +select", []string{"+select"}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			user := strings.ReplaceAll(tt.name, " ", "-")
+			rule := append(append(s.minimalACL(t), "+info", "+config|get"), tt.extra...)
+			s.user(t, user, rule) // made by admin; the client below logs in as it on db 1
+			opts, err := redis.ParseURL("redis://" + user + ":pw-" + user + "@" + s.srv.Addr() + "/1")
+			require.NoError(t, err)
+			rdb := redis.NewClient(opts)
+			t.Cleanup(func() { _ = rdb.Close() })
+			c := padlock.New(rdb)
+			defer c.Close()
+			r, err := c.Check(ctx, "lock:doctor")
+			require.NoError(t, err)
+			logReport(t, r)
+			acl := findings(r, "acl")
+			if !tt.danger {
+				assert.Empty(t, acl)
+				cycleOK(t, r, true)
+				return
+			}
+			require.Len(t, acl, 1, "one finding: SELECT")
+			assert.Equal(t, padlock.Danger, acl[0].Severity)
+			assert.Contains(t, acl[0].Problem, "SELECT")
+			assert.NotContains(t, acl[0].Problem, "SUBSCRIBE")
+			assert.Contains(t, acl[0].Fix, "+select")
+		})
+	}
+}
+
 // The commands Check probes are the README's minimal rule: a command added
 // to one must be added to the other.
 func TestCheckProbesTheREADMERule(t *testing.T) {
@@ -635,4 +679,17 @@ func TestCheckWithoutDel(t *testing.T) {
 	for _, k := range keys {
 		assert.Positive(t, s.admin.PTTL(t.Context(), k).Val(), "%s expires", k)
 	}
+}
+
+// A Client made WithToken runs Check's cycle with two tokens of its own,
+// not its chosen one twice: on a safe server it finds no danger.
+func TestCheckWithAChosenTokenClient(t *testing.T) {
+	e := newReal(t, []redistest.Option{redistest.WithAOF()})
+	c := padlock.New(e.rdb, padlock.WithToken("deploy-42"))
+	defer c.Close()
+	r, err := c.Check(e.ctx, "lock:doctor")
+	require.NoError(t, err)
+	logReport(t, r)
+	cycleOK(t, r, true)
+	assert.False(t, r.HasDanger())
 }

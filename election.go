@@ -62,15 +62,21 @@ const leaderChanged = "changed"
 // When ctx ends first it returns an error matching ErrNotAcquired and
 // ctx's error, as Acquire does; it returns ErrInvalid for bad input and on
 // a Redlock Client (independent nodes have no one counter for terms), and
-// a wrapped Redis error if Redis cannot answer. The options are those of
-// Acquire; WithFencing, WithMetadata and WithToken are set by Campaign (a
-// leadership's token begins with "leader/": a lock of another kind on the
-// key is not a leader).
+// a wrapped Redis error if Redis cannot answer. A failed call leaves no
+// leadership behind. The options are those of Acquire, except that a
+// leadership is always one lock of the whole key: WithLimit and WithShared
+// given to Campaign are ErrInvalid, and a Client's defaults of them do not
+// apply. WithFencing and WithMetadata are set by Campaign, and the token
+// too (WithToken does not apply): a random one that begins with "leader/",
+// so that a lock of another kind on the key is not a leader.
 func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, value string, opts ...Option) (*Leadership, error) {
 	if c != nil && c.nodes != nil {
 		return nil, fmt.Errorf("%w: Campaign on a Redlock Client: independent nodes have no one counter for terms", ErrInvalid)
 	}
-	opts = append(opts[:len(opts):len(opts)], WithFencing(), WithMetadata(value), WithToken(leaderToken+newToken()))
+	if o := (options{}).with(opts); o.limitSet || o.shared {
+		return nil, fmt.Errorf("%w: Campaign on %q with WithLimit or WithShared: a leadership is one lock of the whole key", ErrInvalid, key)
+	}
+	opts = append(opts[:len(opts):len(opts)], WithFencing(), WithMetadata(value), leadership())
 	l, err := c.Acquire(ctx, key, ttl, opts...)
 	if err != nil {
 		return nil, err
@@ -78,12 +84,46 @@ func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, va
 	kctx, stop := l.KeepAlive(context.Background())
 	lctx, cancel := context.WithCancelCause(context.Background())
 	ld := &Leadership{lock: l, ctx: lctx, cancel: cancel, stop: stop, value: value}
-	context.AfterFunc(kctx, func() {
-		cancel(context.Cause(kctx))
-		c.announceLeader(key) // lost: observers read the state again
-	})
+	// Its end is announced on a goroutine that Close waits for (the
+	// KeepAlive ends by Close at the latest); not when Close ended it.
+	if c.observers.add(1) {
+		context.AfterFunc(kctx, func() {
+			defer c.observers.done()
+			cause := context.Cause(kctx)
+			cancel(cause)
+			if !errors.Is(cause, ErrClosed) {
+				c.announceLeader(key) // lost: observers read the state again
+			}
+		})
+	} else {
+		context.AfterFunc(kctx, func() { cancel(context.Cause(kctx)) })
+	}
 	c.announceLeader(key)
 	return ld, nil
+}
+
+// leadership makes an acquire Campaign's: one lock of the whole key,
+// whatever the Client's defaults, with a random token that begins with
+// leaderToken.
+func leadership() Option {
+	return optionFunc(func(o *options) {
+		o.limit, o.limitSet, o.shared = 0, false, false
+		o.token, o.tokenSet, o.tokenPrefix = "", false, leaderToken
+	})
+}
+
+// leadWith runs fn with ctx while leading ld; if fn panics, ld resigns
+// (the next candidate leads at once), and the panic goes on.
+func leadWith(ctx context.Context, ld *Leadership, fn func(ctx context.Context) error) error {
+	returned := false
+	defer func() {
+		if !returned {
+			_ = ld.Resign(context.Background())
+		}
+	}()
+	err := fn(ctx)
+	returned = true
+	return err
 }
 
 // announceLeader tells key's observers that its leader or value changed.
@@ -128,6 +168,10 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 		return opError("proclaim", lk.key, err)
 	}
 	if n == 0 {
+		// Lost (expired, broken, deleted): its Context ends now, not at the
+		// next renewal.
+		l.cancel(fmt.Errorf("%w: %q: proclaim found the leadership gone", ErrLost, lk.key))
+		lk.lose(fmt.Errorf("%w: %q: proclaim found it no longer ours", ErrLost, lk.key), false)
 		return fmt.Errorf("%w: %q: no longer the leader", ErrNotHeld, lk.key)
 	}
 	l.mu.Lock()
@@ -282,8 +326,9 @@ func LeadershipFromContext(ctx context.Context) *Leadership {
 // It returns when ctx is done (ctx's error, after resigning if it leads),
 // or when fn returns while the caller still leads (fn's error, after
 // resigning): leaving on purpose always resigns, so the next candidate
-// leads at once. A Redis error while campaigning is retried after a
-// backoff; bad input (ErrInvalid), ErrUnsupported and ErrClosed end it.
+// leads at once. If fn panics, Lead resigns and the panic goes on. A Redis
+// error while campaigning is retried after a backoff; bad input
+// (ErrInvalid), ErrUnsupported and ErrClosed end it.
 func (c *Client) Lead(ctx context.Context, key string, ttl time.Duration, value string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
@@ -310,7 +355,7 @@ func (c *Client) Lead(ctx context.Context, key string, ttl time.Duration, value 
 		attempt = -1
 		fctx, cancel := context.WithCancelCause(context.WithValue(ctx, leadershipKey{}, ld))
 		stopWatch := context.AfterFunc(ld.Context(), func() { cancel(context.Cause(ld.Context())) })
-		ferr := fn(fctx)
+		ferr := leadWith(fctx, ld, fn)
 		stopWatch()
 		cancel(nil)
 		leading := ld.Context().Err() == nil

@@ -349,3 +349,114 @@ func TestElectionBadInput(t *testing.T) {
 	_, err = e.c.Campaign(e.ctx, e.key, 0, "x")
 	require.ErrorIs(t, err, padlock.ErrInvalid)
 }
+
+// A leadership is one lock of the whole key, whatever the Client's or the
+// call's options: two Clients made WithLimit(3) cannot both lead, and
+// WithLimit or WithShared given to Campaign are refused.
+func TestCampaignIsAlwaysOneLock(t *testing.T) {
+	e := newReal(t, nil)
+	var cs []*padlock.Client
+	for _, o := range []padlock.Option{padlock.WithLimit(3), padlock.WithShared()} {
+		c := padlock.New(e.rdb, o)
+		t.Cleanup(func() { _ = c.Close() })
+		cs = append(cs, c)
+	}
+	first, err := cs[0].Campaign(e.ctx, e.key, time.Minute, "first")
+	require.NoError(t, err)
+	for _, c := range append(cs, padlock.New(e.rdb, padlock.WithLimit(3))) {
+		ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
+		_, err := c.Campaign(ctx, e.key, time.Minute, "second")
+		cancel()
+		require.ErrorIs(t, err, padlock.ErrNotAcquired, "one leader at a time")
+		_ = c.Close()
+	}
+	info, err := e.c.Leader(e.ctx, e.key)
+	require.NoError(t, err)
+	assert.Equal(t, "first", info.Value)
+	assert.Equal(t, first.Term(), info.Term)
+	for _, o := range []padlock.Option{padlock.WithLimit(3), padlock.WithShared()} {
+		_, err := e.c.Campaign(e.ctx, e.key+":other", time.Minute, "x", o)
+		require.ErrorIs(t, err, padlock.ErrInvalid)
+		require.ErrorIs(t, e.c.Lead(e.ctx, e.key+":other", time.Minute, "x", func(context.Context) error { return nil }, o), padlock.ErrInvalid)
+	}
+	assert.Zero(t, e.raw.Exists(e.ctx, e.key+":other").Val(), "nothing written")
+	require.NoError(t, first.Resign(e.ctx))
+}
+
+// The reply to the attempt that won the key is lost: Campaign fails, and
+// leaves no ghost leader behind (its token was generated, never given to
+// the caller): Leader says nobody leads, the next candidate leads at once.
+func TestCampaignWithALostReplyLeavesNoGhost(t *testing.T) {
+	e := newReal(t, nil)
+	e.rdb.AddHook(&lostReply{})
+	_, err := e.c.Campaign(e.ctx, e.key, time.Minute, "ghost")
+	require.ErrorIs(t, err, errLostReply)
+	_, err = e.c.Leader(e.ctx, e.key)
+	require.ErrorIs(t, err, padlock.ErrNoLeader)
+	ctx, cancel := context.WithTimeout(e.ctx, time.Second)
+	defer cancel()
+	next, err := moreClients(t, e, 1)[0].Campaign(ctx, e.key, time.Minute, "next")
+	require.NoError(t, err, "the next candidate leads at once")
+	require.NoError(t, next.Resign(e.ctx))
+}
+
+// Proclaim that finds the leadership gone (an operator's Break) ends its
+// Context with ErrLost before it returns.
+func TestProclaimThatFindsTheLeadGoneEndsContext(t *testing.T) {
+	e := newReal(t, nil)
+	ld, err := e.c.Campaign(e.ctx, e.key, time.Minute, "a")
+	require.NoError(t, err)
+	_, err = moreClients(t, e, 1)[0].Break(e.ctx, e.key)
+	require.NoError(t, err)
+	require.ErrorIs(t, ld.Proclaim(e.ctx, "b"), padlock.ErrNotHeld)
+	require.Error(t, ld.Context().Err(), "ended before Proclaim returned")
+	assert.ErrorIs(t, context.Cause(ld.Context()), padlock.ErrLost)
+}
+
+// A leading Client whose Redis stops answering loses the lead, and Close
+// then waits for the goroutine that announces the loss (blocked on a
+// PUBLISH that go-redis bounds by its read timeout, not by padlock's
+// context): none of padlock's goroutines is left when Close returns.
+func TestCloseWaitsForTheLossAnnouncement(t *testing.T) {
+	e := newReal(t, nil)
+	p, err := faultproxy.Start(e.srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 500 * time.Millisecond})
+	defer rdb.Close()
+	c := padlock.New(rdb)
+	ld, err := c.Campaign(e.ctx, e.key, 300*time.Millisecond, "a")
+	require.NoError(t, err)
+	p.SetBlackhole(true)
+	waitDone(t, ld.Context(), 2*time.Second)
+	require.ErrorIs(t, context.Cause(ld.Context()), padlock.ErrLost)
+	require.NoError(t, c.Close())
+	assert.Zero(t, padlockGoroutines(), "no goroutine of padlock's left after Close")
+	p.SetBlackhole(false)
+}
+
+// A panicking fn in Lead: Lead resigns, the panic goes on, and the next
+// candidate leads within a second.
+func TestLeadResignsWhenFnPanics(t *testing.T) {
+	e := newReal(t, nil)
+	running := make(chan struct{})
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		_ = e.c.Lead(e.ctx, e.key, time.Minute, "a", func(context.Context) error {
+			close(running)
+			time.Sleep(100 * time.Millisecond)
+			panic("fn failed")
+		})
+	}()
+	<-running
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	got := campaignLater(t, moreClients(t, e, 1)[0], ctx, e.key, time.Minute, "b")
+	assert.Equal(t, "fn failed", <-panicked, "the panic goes on")
+	panicAt := time.Now()
+	next := <-got
+	require.NotNil(t, next)
+	assert.Less(t, time.Since(panicAt), time.Second, "the next candidate leads at once, not after a ttl")
+	require.NoError(t, next.Resign(e.ctx))
+}

@@ -244,7 +244,7 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 			l.keys[2] = sideKey(key, "fence")
 		}
 	}
-	l.value = newToken()
+	l.value = o.tokenPrefix + newToken()
 	if o.tokenSet {
 		if err := checkToken(o.token); err != nil {
 			return nil, o, err

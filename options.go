@@ -28,6 +28,7 @@ type options struct {
 	shared         bool      // WithShared
 	token          string    // WithToken
 	tokenSet       bool      // WithToken was given: else the token is random
+	tokenPrefix    string    // begins a random token (a leadership's: see Campaign)
 }
 
 func defaultOptions() options {

@@ -599,7 +599,9 @@ func (c *Client) retoken(l *Lock, w *waiter) {
 		c.sched.remove(ls)
 	}
 	if !l.chosenToken() { // a chosen token stays: a grant to it is confirmed (see grantLocked)
-		l.value = newToken() + l.value[len(l.tok()):]
+		tok := l.tok()
+		prefix := tok[:strings.LastIndexByte(tok, '/')+1] // a leadership's "leader/"; random tokens have no '/'
+		l.value = prefix + newToken() + l.value[len(tok):]
 		l.args[0] = l.value
 	}
 	n.mu.Lock()

@@ -21,10 +21,10 @@ import (
 // errors, 69 when Redis cannot answer.
 func acquireCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fset := newFlags("acquire", "padlock acquire [flags] KEY",
-		"Takes the lock KEY and prints PADLOCK_KEY, PADLOCK_TOKEN and, with -fence,\n"+
-			"PADLOCK_FENCE, one per line, for eval \"$(padlock acquire KEY)\". The lock is\n"+
-			"not renewed: it expires after -ttl unless 'padlock extend' or 'padlock release'\n"+
-			"is run with its token.", stderr)
+		"Takes the lock KEY and prints 'export' lines of PADLOCK_KEY, PADLOCK_TOKEN and,\n"+
+			"with -fence, PADLOCK_FENCE, for eval \"$(padlock acquire KEY)\": a later\n"+
+			"'padlock extend' or 'padlock release' in the same shell finds the token there.\n"+
+			"The lock is not renewed: it expires after -ttl unless extended or released.", stderr)
 	redisURL := redisFlag(fset)
 	ttl := fset.Duration("ttl", 10*time.Minute, "lock TTL")
 	lf := addLockFlags(fset)
@@ -56,9 +56,9 @@ func acquireCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if lock == nil {
 		return status
 	}
-	fmt.Fprintf(stdout, "PADLOCK_KEY=%s\nPADLOCK_TOKEN=%s\n", shellQuote(lock.Key()), shellQuote(lock.Token()))
+	fmt.Fprintf(stdout, "export PADLOCK_KEY=%s\nexport PADLOCK_TOKEN=%s\n", shellQuote(lock.Key()), shellQuote(lock.Token()))
 	if *lf.fence {
-		fmt.Fprintf(stdout, "PADLOCK_FENCE=%d\n", lock.Fence())
+		fmt.Fprintf(stdout, "export PADLOCK_FENCE=%d\n", lock.Fence())
 	}
 	return 0
 }

@@ -35,11 +35,12 @@ func shell(t *testing.T, url, script string) (string, int) {
 // its output, extend and release in later ones by the token.
 func TestVerbsFullCycle(t *testing.T) {
 	s := startRedis(t)
+	// Nothing exported beforehand: acquire's lines export the token.
 	out, code := shell(t, s.url, `
 set -e
+unset PADLOCK_TOKEN PADLOCK_KEY PADLOCK_FENCE
 eval "$($PADLOCK acquire -ttl 1m -fence -metadata "pipeline 42" deploy:prod)"
 echo "key=$PADLOCK_KEY fence=$PADLOCK_FENCE"
-export PADLOCK_TOKEN
 redis-cli -u "$PADLOCK_REDIS_URL" GET deploy:prod
 $PADLOCK extend -ttl 2h deploy:prod
 redis-cli -u "$PADLOCK_REDIS_URL" TTL deploy:prod
@@ -86,7 +87,7 @@ func TestAcquireQuotesForTheShell(t *testing.T) {
 	for _, flag := range []string{"-limit=2", "-shared"} {
 		r = padlockRun(t, s.url, "acquire", flag, "lock:counted"+flag)
 		require.Equal(t, 0, r.code, r.stderr)
-		tok := strings.TrimSuffix(strings.TrimPrefix(strings.Split(r.stdout, "\n")[1], "PADLOCK_TOKEN='"), "'")
+		tok := strings.TrimSuffix(strings.TrimPrefix(strings.Split(r.stdout, "\n")[1], "export PADLOCK_TOKEN='"), "'")
 		r = padlockRun(t, s.url, "release", "-token", tok, "lock:counted"+flag)
 		assert.Equal(t, 0, r.code, r.stderr)
 		assert.False(t, s.exists(t, "lock:counted"+flag))
@@ -100,7 +101,7 @@ func TestAcquireWaits(t *testing.T) {
 	time.AfterFunc(300*time.Millisecond, func() { _ = held.Release(t.Context()) })
 	r := padlockRun(t, s.url, "acquire", "-wait", "10s", "lock:wait")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "PADLOCK_KEY='lock:wait'\n")
+	assert.Contains(t, r.stdout, "export PADLOCK_KEY='lock:wait'\n")
 	r = padlockRun(t, s.url, "acquire", "-wait", "100ms", "lock:wait")
 	assert.Equal(t, 75, r.code, "still held by the first acquire")
 	assert.Empty(t, r.stdout)
