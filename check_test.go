@@ -412,13 +412,13 @@ func TestCheckLeavesAKeyInUseAlone(t *testing.T) {
 }
 
 // A failed cycle leaves nothing behind either: here the user may not run
-// PEXPIRE, so the cycle fails at extend, after it took the lock.
+// ZADD, so the cycle fails when its waiter queues, after it took the lock.
 func TestCheckCleansUpAFailedCycle(t *testing.T) {
 	t.Parallel()
-	s, r := checkWithout(t, "+pexpire")
+	s, r := checkWithout(t, "+zadd")
 	cycle := findings(r, "cycle")
 	require.NotEmpty(t, cycle, "the cycle failed")
-	assert.Contains(t, cycle[0].Problem, "extend")
+	assert.Contains(t, cycle[0].Problem, "failed at wait")
 	noKeysLeft(t, s.admin)
 }
 

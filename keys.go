@@ -145,6 +145,9 @@ func (l *Lock) extendCall(ttl int64) (*luaScript, []string, []any) {
 	if m := l.multi(); m != nil {
 		return extendManyScript, m, []any{l.value, ttl}
 	}
+	if l.fenced() {
+		return extendScript, []string{l.key, l.keys[2] + "s"}, []any{l.value, ttl} // and its fence's record
+	}
 	return extendScript, l.keys[:1], []any{l.value, ttl}
 }
 

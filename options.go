@@ -73,10 +73,9 @@ func WithFencing() Option {
 //
 // A token holds a key as one kind: taken again as another (WithShared,
 // WithLimit, or neither, where it holds the key otherwise), it is another
-// holder, and waits for the first. The fence of a lock taken again is the
-// key's fencing counter, which is the holder's fence only if it was taken
-// with WithFencing: take a lock with a chosen token fenced every time, or
-// never.
+// holder, and waits for the first. A lock taken again with WithFencing
+// keeps the fence it holds with (Redis records it), or, if it was taken
+// without one, gets a new fence, above every earlier holder's.
 //
 // A chosen token must be unique to its holder: two processes that acquire
 // with the same token share one lock, each believing it holds it alone.

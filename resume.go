@@ -23,12 +23,11 @@ import (
 // returned Lock as on the original. Its ttl is what Redis says is left of
 // the lock, and its Deadline counts that from when Resume's round trip was
 // sent; KeepAlive renews it for that ttl, and for the ttl of the last
-// Extend after one. A semaphore place or shared hold taken with
-// WithFencing resumes with its fence; a lock resumes with the key's
-// fencing counter, which is its fence, only when opts has WithFencing (a
-// lock taken without it has no fence of its own). The other options that
-// apply are WithReplicas and WithObserver (its acquire callbacks are not
-// called). Each key of a lock taken with TryAcquireMany resumes as a lock
+// Extend after one. Whatever kind it is, a holder that took a fence
+// (WithFencing) resumes with that fence, which Redis records beside it,
+// and one that took none with Fence 0; WithFencing in opts is accepted and
+// changes nothing. The other options that apply are WithReplicas and
+// WithObserver (its acquire callbacks are not called). Each key of a lock taken with TryAcquireMany resumes as a lock
 // of that key alone.
 //
 // It returns an error matching ErrNotHeld if token does not hold key (it
@@ -88,13 +87,12 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 
 // resumedAs sets the kind of a resumed Lock to what Redis holds: kind 's'
 // a shared hold, 'n' a place of a semaphore of limit places, else a lock;
-// a shared hold or semaphore place is fenced if Redis has its fence.
+// it is fenced if Redis recorded the holder's fence (whatever WithFencing
+// said).
 func resumedAs(kind string, limit int, fenced bool) Option {
 	return optionFunc(func(o *options) {
 		o.shared, o.limitSet, o.limit = kind == "s", kind == "n", limit
-		if kind == "s" || kind == "n" {
-			o.fencing = fenced
-		}
+		o.fencing = fenced
 	})
 }
 

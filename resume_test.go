@@ -314,3 +314,69 @@ func TestWithTokenWaitsAgainAfterGivingUp(t *testing.T) {
 	_, err = e.c.TryAcquire(e.ctx, e.key+":sem", time.Second, padlock.WithLimit(5), padlock.WithToken("job-9"))
 	require.ErrorIs(t, err, padlock.ErrInvalid)
 }
+
+// Resume, with no option, returns the holder's own fence, recorded in Redis
+// beside it, for every kind; 0 exactly when the holder took none. A
+// chosen token that took a key unfenced and takes it again fenced gets a
+// fence above every earlier holder's. On miniredis and a real Redis.
+func TestResumeHasTheHoldersFence(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		other := padlock.New(e.rdb)
+		defer other.Close()
+		for _, k := range []struct {
+			name string
+			opts []padlock.Option
+		}{{"lock", nil}, {"semaphore", []padlock.Option{padlock.WithLimit(2)}}, {"shared", []padlock.Option{padlock.WithShared()}}} {
+			key := e.key + ":" + k.name
+			// Earlier holders move the counter first.
+			for range 2 {
+				l, err := e.c.TryAcquire(e.ctx, key, time.Minute, append(k.opts, padlock.WithFencing())...)
+				require.NoError(t, err)
+				require.NoError(t, l.Release(e.ctx))
+			}
+			fenced, err := e.c.TryAcquire(e.ctx, key, time.Minute, append(k.opts, padlock.WithFencing())...)
+			require.NoError(t, err)
+			// A later fence handed out meanwhile (another semaphore place,
+			// or a plain lock taken after this one: the counter moves on).
+			r, err := other.Resume(e.ctx, key, fenced.Token())
+			require.NoError(t, err, k.name)
+			assert.Equal(t, fenced.Fence(), r.Fence(), "%s: the holder's own fence", k.name)
+			assert.Positive(t, r.Fence())
+			require.NoError(t, r.Extend(e.ctx, time.Minute))
+			r, err = other.Resume(e.ctx, key, fenced.Token(), padlock.WithFencing())
+			require.NoError(t, err)
+			assert.Equal(t, fenced.Fence(), r.Fence(), "%s: WithFencing changes nothing", k.name)
+			require.NoError(t, r.Release(e.ctx))
+
+			plain, err := e.c.TryAcquire(e.ctx, key, time.Minute, k.opts...)
+			require.NoError(t, err)
+			r, err = other.Resume(e.ctx, key, plain.Token())
+			require.NoError(t, err)
+			assert.Zero(t, r.Fence(), "%s: a holder that took no fence has none", k.name)
+			require.NoError(t, r.Release(e.ctx))
+		}
+
+		// A chosen token: unfenced, then fenced: above every earlier fence.
+		key := e.key + ":chosen"
+		var last int64
+		for range 2 {
+			l, err := e.c.TryAcquire(e.ctx, key, time.Minute, padlock.WithFencing())
+			require.NoError(t, err)
+			last = l.Fence()
+			require.NoError(t, l.Release(e.ctx))
+		}
+		job := padlock.WithToken("job-7")
+		_, err := e.c.TryAcquire(e.ctx, key, time.Minute, job)
+		require.NoError(t, err)
+		again, err := e.c.TryAcquire(e.ctx, key, time.Minute, job, padlock.WithFencing())
+		require.NoError(t, err)
+		assert.Greater(t, again.Fence(), last, "above every earlier holder's")
+		r, err := other.Resume(e.ctx, key, "job-7")
+		require.NoError(t, err)
+		assert.Equal(t, again.Fence(), r.Fence())
+		third, err := e.c.TryAcquire(e.ctx, key, time.Minute, job, padlock.WithFencing())
+		require.NoError(t, err)
+		assert.Equal(t, again.Fence(), third.Fence(), "the same holder keeps its fence")
+		require.NoError(t, third.Release(e.ctx))
+	})
+}

@@ -1,7 +1,10 @@
 -- acquire.lua: take the lock KEYS[1] for the value ARGV[1] (token, and
 -- metadata) for ARGV[2] milliseconds. KEYS[3], when present, is the key's
 -- fencing counter (KEYS[2], its queue, is unused here). The token is the
--- value up to its first space; the same token is the same holder.
+-- value up to its first space; the same token is the same holder. A
+-- fenced holder's fence is recorded beside it, in the hash of the key's
+-- holders' fences (as a semaphore's places have theirs), for Resume; it
+-- expires with the lock.
 --
 -- Returns, as one integer:
 --   >= 0       the lock is ours; the number is the fence (0 without KEYS[3]);
@@ -20,16 +23,18 @@ if v == false then
     -- Increment first: if the counter cannot be incremented (wrong type),
     -- the script fails before it has written anything.
     fence = redis.call('INCR', KEYS[3])
+    recordFence(KEYS[3], tokenOf(ARGV[1]), fence, ARGV[2])
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return fence
 end
 if sameToken(v, ARGV[1]) then
   -- Our own token: a retry after a lost reply, or a token chosen with
-  -- WithToken that holds the key. Succeed again, with the same fence and
-  -- this call's value and ttl.
+  -- WithToken that holds the key. Succeed again, with this call's value and
+  -- ttl, and the fence it holds with: the recorded one, or, held unfenced
+  -- till now, a new one above every earlier holder's.
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  if KEYS[3] then return tonumber(redis.call('GET', KEYS[3]) or '0') end
+  if KEYS[3] then return heldFence(KEYS[3], tokenOf(ARGV[1]), ARGV[2]) end
   return 0
 end
 return -2 - redis.call('PTTL', KEYS[1])

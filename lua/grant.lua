@@ -148,6 +148,7 @@ local function admit(K, P, w, t)
   local ttl = string.format('%d', w.ttl)
   if w.k == 'x' then
     redis.call('SET', K, w.v, 'PX', ttl)
+    if w.f == 1 then recordFence(P .. 'fence', w.tok, fence, ttl) end
     return fence
   end
   local H = holders(K, P, w.k)

@@ -5,7 +5,7 @@
 -- Returns {kind, value, ms, fence, limit}: kind 'x' a lock, 's' a shared
 -- hold, 'n' a place of a semaphore of limit places; value what the key
 -- (or the holders) hold for the token; ms the time it has left; fence the
--- holder's fence (for a lock, the key's counter), false if none. {} when
+-- holder's fence, false if it took none. {} when
 -- the token holds nothing of the key.
 --@grant
 local K, tok = KEYS[1], ARGV[1]
@@ -15,7 +15,7 @@ if kind == 'string' then
   if v ~= MARKER then
     if tokenOf(v) ~= tok then return {} end
     local fence = false
-    if KEYS[2] then fence = redis.call('GET', prefix(KEYS[2]) .. 'fence') end
+    if KEYS[2] then fence = redis.call('HGET', prefix(KEYS[2]) .. 'fences', tok) end
     return {'x', v, redis.call('PTTL', K), fence, 0}
   end
 elseif kind ~= 'zset' then

@@ -35,7 +35,7 @@ local function held()
       if not v or tokenOf(v) ~= w.tok then return nil end
     end
     for i = 1, #KEYS, 2 do redis.call('SET', KEYS[i], w.v, 'PX', string.format('%d', w.ttl)) end
-    if w.f == 1 then return tonumber(redis.call('GET', P .. 'fence') or '0') end
+    if w.f == 1 then return heldFence(P .. 'fence', w.tok, string.format('%d', w.ttl)) end
     return 0
   end
   local H = holders(K, P, w.k)
