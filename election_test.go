@@ -460,3 +460,16 @@ func TestLeadResignsWhenFnPanics(t *testing.T) {
 	assert.Less(t, time.Since(panicAt), time.Second, "the next candidate leads at once, not after a ttl")
 	require.NoError(t, next.Resign(e.ctx))
 }
+
+// Lead, whose first Campaign's winning reply is lost, does not wait behind
+// its own ghost: it campaigns again and runs fn at once, not after the ttl.
+func TestLeadWithALostReplyLeavesNoGhost(t *testing.T) {
+	e := newReal(t, nil)
+	e.rdb.AddHook(&lostReply{})
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := e.c.Lead(ctx, e.key, time.Minute, "a", func(context.Context) error { return nil })
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 2*time.Second, "fn ran at once, not after the ghost's ttl")
+}

@@ -346,7 +346,11 @@ func (l *Lock) releaseQueued(ctx context.Context, r doer, bg bool) (int64, error
 		args := append([]any{l.value, l.kind(), c.notify.id, life}, regs...)
 		res, err = countReleaseScript.Run(ctx, r, l.queueKeys(), args...).Result()
 	} else {
-		args := append([]any{l.value, c.notify.id, life}, regs...)
+		fenced := ""
+		if l.fenced() {
+			fenced = "fenced"
+		}
+		args := append([]any{l.value, c.notify.id, life, fenced}, regs...)
 		res, err = releaseScript.Run(ctx, r, l.queueKeys(), args...).Result()
 	}
 	if err != nil {

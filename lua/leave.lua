@@ -21,6 +21,7 @@ elseif w.k == 'x' or w.k == 'm' then
   for i = 1, #KEYS, 2 do
     if redis.call('GET', KEYS[i]) == w.v then
       redis.call('DEL', KEYS[i])
+      if w.f == 1 then redis.call('HDEL', P .. 'fences', w.tok) end
       out[1] = 1
     end
   end

@@ -1,9 +1,11 @@
 -- release.lua: release a lock whose waiters queue in Redis (see
 -- grant.lua): KEYS the lock's key and its queue (for a multi-key lock, the
 -- same for every key); ARGV[1] its value, ARGV[2] the releasing client,
--- ARGV[3] how long a ticket lives (ms), then pairs of token and ticket
--- (see grant.lua's parse) of the client's waiters for the key that no call has queued yet:
--- they are queued first, unless they left meanwhile.
+-- ARGV[3] how long a ticket lives (ms), ARGV[4] 'fenced' for a lock taken
+-- with a fence (its record goes too: see token.lua's recordFence) or '',
+-- then pairs of token and ticket (see grant.lua's parse) of the client's
+-- waiters for the key that no call has queued yet: they are queued first,
+-- unless they left meanwhile.
 --
 -- It deletes every key that still holds the value's token (the value up
 -- to its first space) and serves the queues.
@@ -26,8 +28,9 @@ for i = 1, #KEYS, 2 do
   end
 end
 if n == 0 then return 0 end
+if ARGV[4] == 'fenced' then redis.call('HDEL', string.sub(KEYS[2], 1, -6) .. 'fences', tokenOf(ARGV[1])) end
 local ours = all and 1 or 0
-if not ARGV[4] then
+if not ARGV[5] then
   local queued = false
   for i = 2, #KEYS, 2 do
     if redis.call('EXISTS', KEYS[i]) == 1 then queued = true end
@@ -36,7 +39,7 @@ if not ARGV[4] then
 end
 --@grant
 local t = now()
-local queued = carry(KEYS[2], t, 4, ARGV[3])
+local queued = carry(KEYS[2], t, 5, ARGV[3])
 local out, ms = {ours}, nil
 for i = 1, #KEYS, 2 do
   local _, set = serve(KEYS[i], KEYS[i + 1], t, ARGV[2], out)
