@@ -195,7 +195,10 @@ func TestSentinelLossyFailoverWithReplicas(t *testing.T) {
 	if longRun() {
 		rounds = 3
 	}
-	servers := [2]*redistest.Server{redistest.Start(t), nil}
+	// A primary waits 5s by default before a diskless full sync, for more
+	// replicas to join: each resync of a replica coming back would wait.
+	quick := redistest.WithArgs("--repl-diskless-sync-delay", "0")
+	servers := [2]*redistest.Server{redistest.Start(t, quick), nil}
 	// link starts (or points) servers[1-i] as a replica of servers[i],
 	// through a proxy that can cut it off.
 	link := func(i int, replica *redistest.Server) (*redistest.Server, *faultproxy.Proxy) {
@@ -204,14 +207,14 @@ func TestSentinelLossyFailoverWithReplicas(t *testing.T) {
 		t.Cleanup(p.Close)
 		_, port, _ := strings.Cut(p.Addr(), ":")
 		if replica == nil {
-			replica = redistest.Start(t, redistest.WithArgs("--replicaof", "127.0.0.1", port))
+			replica = redistest.Start(t, quick, redistest.WithArgs("--replicaof", "127.0.0.1", port))
 		} else {
 			require.NoError(t, replica.Client().SlaveOf(t.Context(), "127.0.0.1", port).Err())
 		}
 		require.Eventually(t, func() bool {
 			info, _ := replica.Client().Info(t.Context(), "replication").Result()
 			return strings.Contains(info, "master_link_status:up")
-		}, 10*time.Second, 20*time.Millisecond, "the replica is in sync")
+		}, 20*time.Second, 20*time.Millisecond, "the replica is in sync")
 		return replica, p
 	}
 	var proxy *faultproxy.Proxy
