@@ -438,7 +438,7 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	// A flushed or restarted server: send them again as EVAL, which loads
 	// the scripts.
 	for _, cmd := range cmds {
-		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if isNoScript(cmd.Err()) {
 			sent = time.Now()
 			cmds = s.extendAll(ctx, rdb, locked, ttls, true)
 			break

@@ -94,7 +94,7 @@ func (s *luaScript) Run(ctx context.Context, r redis.Scripter, keys []string, ar
 		return r.Eval(ctx, s.src, keys, args...)
 	}
 	cmd := r.EvalSha(ctx, sha, keys, args...)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if isNoScript(cmd.Err()) {
 		return r.Eval(ctx, s.src, keys, args...)
 	}
 	return cmd
@@ -163,11 +163,18 @@ func evalsha(ctx context.Context, rdb doer, s *luaScript, args []any) *redis.Cmd
 		}
 	}
 	cmd := rdb.Do(ctx, args...)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if isNoScript(cmd.Err()) {
 		eval := make([]any, len(args))
 		copy(eval, args)
 		eval[0], eval[1] = "eval", s.src
 		cmd = rdb.Do(ctx, eval...)
 	}
 	return cmd
+}
+
+// isNoScript reports whether err is Redis's NOSCRIPT: the server does not
+// have the script. (It asks only of an error: go-redis's HasErrorPrefix
+// allocates, even for nil.)
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
