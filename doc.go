@@ -26,7 +26,11 @@
 // tickets at the head of the queue in the same script, and tells their
 // Clients (the releasing Client's own in the reply). A waiter whose
 // process died is skipped when its ticket lapses, within 5 seconds. A
-// waiter whose wait ends as the lock comes to it passes it on. TryAcquire
+// waiter whose wait ends as the lock comes to it passes it on. Redis is the
+// truth, the messages hints: a key freed by anything else (a DEL by hand,
+// another library's release, eviction, a shortened TTL) is seen by the
+// tickets' renewal, which looks at the keys they wait for, and its queue
+// is served within a renewal period (2.5s for a TTL of 5s or more). TryAcquire
 // does not queue: it takes a lock only when it is free. Redlock and keys
 // with a brace but no hash tag wait on the attempt path instead: a
 // release is announced, and the next waiter attempts.

@@ -235,7 +235,12 @@ func TestNoRenewalAfterRelease(t *testing.T) {
 		if i%10 == 0 {
 			time.Sleep(time.Duration(i%40) * time.Millisecond) // sometimes past a renewal or two
 		}
-		require.NoError(t, l.Release(e.ctx), "cycle %d", i)
+		// Under load (CI runs slow tests beside it), a renewal of a 50ms
+		// lock can come after its local deadline: Release then says so.
+		// What this test checks is that nothing renews after Release.
+		if err := l.Release(e.ctx); err != nil {
+			require.ErrorIs(t, err, padlock.ErrNotHeld, "cycle %d", i)
+		}
 		stop()
 	}
 	before := pexpires()
