@@ -44,6 +44,12 @@ var (
 	// later), where the first call that reaches it returns it and changes
 	// nothing there; or a *redis.Ring (see New), where every call does.
 	ErrUnsupported = errors.New("padlock: unsupported")
+
+	// ErrMaxHold reports that a lock taken WithMaxHold has been held for
+	// its maximum: together with ErrLost, it is the cause of the
+	// KeepAlive context (and part of Do's error) when keeping it alive
+	// stopped there; Extend past it returns it and changes nothing.
+	ErrMaxHold = errors.New("padlock: held for its maximum")
 )
 
 // unsupportedReply is what padlock's scripts answer on a server older

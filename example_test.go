@@ -550,3 +550,24 @@ func ExampleClient_Lead() {
 	// web-2 leads in term 2
 	// true
 }
+
+// A cap on how long a lease is kept alive: a job that hangs cannot hold the
+// lock forever. Here the job never ends by itself; 200ms after the lock was
+// taken, renewing stops, the lock expires at its ttl, and the job's
+// context ends with ErrMaxHold (and ErrLost).
+func ExampleWithMaxHold() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := padlock.New(rdb)
+	defer locks.Close()
+
+	err := locks.TryDo(context.Background(), "lock:sync", 100*time.Millisecond, func(ctx context.Context) error {
+		<-ctx.Done() // stands for work that hangs
+		return context.Cause(ctx)
+	}, padlock.WithMaxHold(200*time.Millisecond))
+	fmt.Println("lost:", errors.Is(err, padlock.ErrLost))
+	fmt.Println("held for its maximum:", errors.Is(err, padlock.ErrMaxHold))
+	// Output:
+	// lost: true
+	// held for its maximum: true
+}

@@ -222,6 +222,9 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	if err != nil {
 		return nil, o, err
 	}
+	if o.maxHoldSet && o.maxHold <= 0 {
+		return nil, o, fmt.Errorf("%w: WithMaxHold(%v): the maximum must be positive", ErrInvalid, o.maxHold)
+	}
 	if err := o.checkReplicas(); err != nil {
 		return nil, o, err
 	}
@@ -229,8 +232,8 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, o, err
 	}
 	l := &Lock{c: c, key: key, ttl: ttl}
-	if o.replicas > 0 || o.obs != nil {
-		l.x = &lockExtra{replicas: o.replicas, replicaTimeout: o.replicaTimeout, obs: o.obs}
+	if o.replicas > 0 || o.obs != nil || o.maxHoldSet {
+		l.x = &lockExtra{replicas: o.replicas, replicaTimeout: o.replicaTimeout, obs: o.obs, maxHold: o.maxHold}
 	}
 	l.keys[0] = key
 	if o.fencing && !queueable(key) {
@@ -421,6 +424,7 @@ const minValidity = 10 // percent
 func (l *Lock) acquired(ctx context.Context, sent time.Time, fence int64) error {
 	l.mu.Lock()
 	l.fence, l.sent = fence, sent
+	l.took(sent)
 	left := time.Until(l.deadline())
 	if left >= l.ttl*minValidity/100 && l.c.nodes == nil {
 		// Done with: let a long-held lock be smaller. (A waiter whose
@@ -469,6 +473,27 @@ type lockExtra struct {
 	acquiredAt     time.Time     // with obs: when the acquire succeeded; under mu
 	holdEnded      bool          // with obs: HoldEnd was called; under mu
 	chosen         bool          // WithToken: its token is the caller's, and never changes
+	maxHold        time.Duration // WithMaxHold: kept alive only this long after it was taken
+	capAt          time.Time     // with maxHold: when that is (from the first success); under mu
+}
+
+// took records that l was taken by a call sent at sent: its WithMaxHold
+// counts from the first. l.mu must be held, or l not yet shared.
+func (l *Lock) took(sent time.Time) {
+	if l.x != nil && l.x.maxHold > 0 && l.x.capAt.IsZero() {
+		l.x.capAt = sent.Add(l.x.maxHold)
+	}
+}
+
+// pastMaxHold returns the error of Extend on a lock held for its
+// WithMaxHold, or nil.
+func (l *Lock) pastMaxHold() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.x == nil || l.x.capAt.IsZero() || time.Now().Before(l.x.capAt) {
+		return nil
+	}
+	return fmt.Errorf("%w: %q: taken with WithMaxHold(%v), which has passed", ErrMaxHold, l.key, l.x.maxHold)
 }
 
 // chosenToken reports whether l's token was chosen with WithToken.
@@ -821,6 +846,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 func (l *Lock) extendLock(ctx context.Context, ttl time.Duration) error {
 	if l.isReleased() {
 		return l.notHeld()
+	}
+	if err := l.pastMaxHold(); err != nil {
+		return err
 	}
 	ok, err := l.extend(ctx, ttl)
 	switch {

@@ -22,13 +22,15 @@ type options struct {
 	notify         bool
 	replicas       int
 	replicaTimeout time.Duration
-	obs            *Observer // WithObserver, WithLogger: nil for none
-	limit          int       // WithLimit
-	limitSet       bool      // WithLimit was given
-	shared         bool      // WithShared
-	token          string    // WithToken
-	tokenSet       bool      // WithToken was given: else the token is random
-	tokenPrefix    string    // begins a random token (a leadership's: see Campaign)
+	obs            *Observer     // WithObserver, WithLogger: nil for none
+	limit          int           // WithLimit
+	limitSet       bool          // WithLimit was given
+	shared         bool          // WithShared
+	token          string        // WithToken
+	tokenSet       bool          // WithToken was given: else the token is random
+	tokenPrefix    string        // begins a random token (a leadership's: see Campaign)
+	maxHold        time.Duration // WithMaxHold
+	maxHoldSet     bool          // WithMaxHold was given
 }
 
 func defaultOptions() options {
@@ -116,6 +118,20 @@ func checkToken(token string) error {
 		return fmt.Errorf("%w: token %q is reserved", ErrInvalid, token)
 	}
 	return nil
+}
+
+// WithMaxHold caps how long the lock is kept: KeepAlive (and so Do, TryDo
+// and Lead) renews it only until d has passed since it was taken (since
+// the acquire that took it was sent), and then stops, so that a holder
+// that is stuck, or runs far longer than planned, lets the others in. The
+// lock then expires at its ttl like any lease that is no longer renewed,
+// and the KeepAlive context ends, at its local deadline, with a cause
+// matching both ErrMaxHold and ErrLost. Extend once d has passed returns
+// ErrMaxHold and changes nothing. It applies to a lock, a semaphore place
+// and a shared hold, and on a Redlock Client. A d of zero or less is
+// ErrInvalid.
+func WithMaxHold(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.maxHold, o.maxHoldSet = d, true })
 }
 
 // WithoutFencing turns fencing off for one call on a Client created with

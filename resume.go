@@ -79,6 +79,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 	}
 	l.acqCmd = nil
 	l.sent = sent
+	l.took(sent)
 	if l.fenced() {
 		l.fence = fence
 	}
@@ -167,6 +168,7 @@ func (c *Client) redlockResume(ctx context.Context, key, token string, opts []Op
 		return nil, err
 	}
 	l.sent = sent
+	l.took(sent)
 	return l, nil
 }
 

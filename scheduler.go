@@ -45,6 +45,7 @@ type lease struct {
 	sent    time.Time     // when the last successful acquire or extend was sent
 	retryAt time.Time     // after a failed renewal: not before then
 	err     error         // the last renewal error
+	capAt   time.Time     // WithMaxHold: no renewal from then on (zero: none)
 }
 
 // due is when ls is to be renewed: a lock at a third of its ttl, a
@@ -54,6 +55,12 @@ func (ls *lease) due() time.Time {
 		return ls.sent.Add(ls.ttl / 2)
 	}
 	return ls.sent.Add(ls.ttl / 3)
+}
+
+// capped reports whether ls is held for its WithMaxHold at now: it is not
+// renewed any more.
+func (ls *lease) capped(now time.Time) bool {
+	return !ls.capAt.IsZero() && !now.Before(ls.capAt)
 }
 
 // early is the earliest a lease may be renewed to share a pipeline.
@@ -288,8 +295,8 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 				continue
 			}
 			wake = earliest(wake, d)
-			if _, ok := s.solo[ls]; ok || s.inflight != nil {
-				continue // in flight on its own; or one pipeline at a time: the rest wait for it
+			if _, ok := s.solo[ls]; ok || s.inflight != nil || ls.capped(now) {
+				continue // in flight on its own; one pipeline at a time: the rest wait for it; or held for its maximum
 			}
 			due := latest(ls.due(), ls.retryAt)
 			wake = earliest(wake, due)
@@ -302,6 +309,9 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 		for i, ls := range lost {
 			delete(s.leases, ls)
 			causes[i] = fmt.Errorf("%w: %q: no renewal reached Redis before the local deadline", ErrLost, ls.l.key)
+			if ls.capped(now) {
+				causes[i] = fmt.Errorf("%w: %w: %q: not renewed past its WithMaxHold", ErrLost, ErrMaxHold, ls.l.key)
+			}
 			if ls.err != nil {
 				causes[i] = fmt.Errorf("%w: %w", causes[i], ls.err)
 			}

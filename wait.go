@@ -308,6 +308,7 @@ func (l *Lock) handed(g grant) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.fence, l.sent = g.fence, g.base
+	l.took(g.base)
 	l.acqCmd = nil
 	return time.Until(l.deadline()) >= l.ttl*minValidity/100
 }

@@ -523,3 +523,17 @@ func TestDoctor(t *testing.T) {
 		assert.Equal(t, 64, r.code, "%v: %s", args, r.stderr)
 	}
 }
+
+// -max-hold caps the lease: renewing stops 1s after the lock was taken,
+// the lock expires at its ttl, and the command is ended as for a lost
+// lock, with the lost-lock status; stderr says the cap was reached.
+func TestRunMaxHold(t *testing.T) {
+	s := startRedis(t)
+	r := padlockRun(t, s.url, "run", "-ttl", "300ms", "-max-hold", "1s", "-grace", "100ms", "lock:capped", "--", "sleep", "5")
+	assert.Equal(t, exitLost, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "-max-hold")
+	assert.Less(t, r.took, 3*time.Second, "ended after about 1s + ttl, not 5s")
+	assert.GreaterOrEqual(t, r.took, time.Second)
+	r = padlockRun(t, s.url, "run", "-max-hold", "-1s", "lock:capped", "--", "true")
+	assert.Equal(t, exitUsage, r.code)
+}

@@ -32,6 +32,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	lf := addLockFlags(fset)
 	conflictExit := fset.Int("conflict-exit", exitConflict, "exit status when the lock is held elsewhere")
 	grace := fset.Duration("grace", 5*time.Second, "when the lock is lost: time between SIGTERM and SIGKILL")
+	maxHold := fset.Duration("max-hold", 0, "stop renewing the lock this long after it was taken: the command is ended as for a lost lock (0: no cap)")
 	if code, ok := parseFlags(fset, args); !ok {
 		return code
 	}
@@ -42,13 +43,16 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *conflictExit < 0 || *conflictExit > 255:
 		fmt.Fprintf(stderr, "padlock run: -conflict-exit %d is not an exit status (0-255)\n", *conflictExit)
 		return exitUsage
-	case *grace < 0:
-		fmt.Fprintln(stderr, "padlock run: -grace cannot be negative")
+	case *grace < 0 || *maxHold < 0:
+		fmt.Fprintln(stderr, "padlock run: -grace and -max-hold cannot be negative")
 		return exitUsage
 	}
 	opts, ok := lf.options("run", stderr)
 	if !ok {
 		return exitUsage
+	}
+	if *maxHold > 0 {
+		opts = append(opts, padlock.WithMaxHold(*maxHold))
 	}
 
 	rdb, err := dial(*redisURL)
@@ -188,8 +192,12 @@ func runLocked(ctx context.Context, lock *padlock.Lock, command []string, fence 
 			group(sig.(syscall.Signal))
 		case <-lost:
 			lost = nil
-			fmt.Fprintf(stderr, "padlock: lock %s lost while the command ran (%v); terminating it\n",
-				lock.Key(), context.Cause(kctx))
+			why := "lost"
+			if errors.Is(context.Cause(kctx), padlock.ErrMaxHold) {
+				why = "held for its -max-hold, not renewed, and expired"
+			}
+			fmt.Fprintf(stderr, "padlock: lock %s %s while the command ran (%v); terminating it\n",
+				lock.Key(), why, context.Cause(kctx))
 			group(syscall.SIGTERM)
 			time.AfterFunc(grace, func() {
 				select {
