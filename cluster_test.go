@@ -221,6 +221,26 @@ func TestClusterWaitersShareOneConnection(t *testing.T) {
 // moved.
 func moveSlot(t *testing.T, nodes []*redistest.Server, cc *redis.ClusterClient, key string) (*redistest.Server, []string) {
 	t.Helper()
+	m := migrateKeys(t, nodes, cc, key)
+	for _, n := range nodes {
+		require.NoError(t, n.Client().Do(t.Context(), "CLUSTER", "SETSLOT", m.slot, "NODE", m.toID).Err())
+	}
+	return m.to, m.keys
+}
+
+// A migration is a slot half moved: its keys are on to, and the slot is
+// still the source's, MIGRATING to to (which answers ASK for them).
+type migration struct {
+	slot int
+	to   *redistest.Server
+	toID string
+	keys []string
+}
+
+// migrateKeys moves the keys of key's slot to another master, and leaves
+// the slot migrating (see moveSlot for the whole move).
+func migrateKeys(t *testing.T, nodes []*redistest.Server, cc *redis.ClusterClient, key string) migration {
+	t.Helper()
 	ctx := t.Context()
 	slot := int(cc.ClusterKeySlot(ctx, key).Val())
 	src, err := cc.MasterForKey(ctx, key)
@@ -244,8 +264,5 @@ func moveSlot(t *testing.T, nodes []*redistest.Server, cc *redis.ClusterClient, 
 		args = append(args, k)
 	}
 	require.NoError(t, fromC.Do(ctx, args...).Err())
-	for _, n := range nodes {
-		require.NoError(t, n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
-	}
-	return to, keys
+	return migration{slot: slot, to: to, toID: toID, keys: keys}
 }

@@ -325,34 +325,12 @@ func TestClusterMigrationKeepsAWithReplicasLease(t *testing.T) {
 	kctx, stop := l.KeepAlive(ctx)
 	defer stop()
 
-	// moveSlot, in two halves: the keys move, then (2 ttls later) the slot.
-	slot := int(cc.ClusterKeySlot(ctx, key).Val())
-	src, err := cc.MasterForKey(ctx, key)
-	require.NoError(t, err)
-	var from, to *redistest.Server
-	for _, n := range nodes {
-		if n.Addr() == src.Options().Addr {
-			from = n
-		} else if to == nil {
-			to = n
-		}
-	}
-	fromC, toC := from.Client(), to.Client()
-	fromID, toID := fromC.Do(ctx, "CLUSTER", "MYID").Val().(string), toC.Do(ctx, "CLUSTER", "MYID").Val().(string)
-	require.NoError(t, toC.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
-	require.NoError(t, fromC.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
-	keys, err := fromC.ClusterGetKeysInSlot(ctx, slot, 100).Result()
-	require.NoError(t, err)
-	args := []any{"MIGRATE", "127.0.0.1", to.Port(), "", 0, 5000, "KEYS"}
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	require.NoError(t, fromC.Do(ctx, args...).Err())
-
+	// The keys move, then (2 ttls later) the slot.
+	m := migrateKeys(t, nodes, cc, key)
 	time.Sleep(2 * ttl) // renewals meet ASK: only those that follow it keep the lease
 	require.NoError(t, kctx.Err(), "the lease survived the migration: %v", context.Cause(kctx))
 	for _, n := range nodes {
-		require.NoError(t, n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+		require.NoError(t, n.Client().Do(ctx, "CLUSTER", "SETSLOT", m.slot, "NODE", m.toID).Err())
 	}
 	time.Sleep(2 * ttl) // and MOVED after it
 	require.NoError(t, kctx.Err(), "the lease survived the end of the migration: %v", context.Cause(kctx))
