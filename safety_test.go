@@ -1,12 +1,14 @@
 package padlock_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -470,6 +472,11 @@ func TestHandOffToAStoppedOrKilledWaiter(t *testing.T) {
 				sig = syscall.SIGKILL
 			}
 			require.NoError(t, ch.cmd.Process.Signal(sig))
+			if how == "stopped" {
+				// A signal takes effect a moment after kill returns: under
+				// load the child could still take the grant, and hold it.
+				waitStopped(t, ch.cmd.Process.Pid)
+			}
 			released := time.Now()
 			require.NoError(t, holder.Release(e.ctx))
 			var l *padlock.Lock
@@ -506,4 +513,22 @@ func TestHandOffToAStoppedOrKilledWaiter(t *testing.T) {
 			assert.Equal(t, "release nil", ch.expect(t, "release ", 5*time.Second))
 		})
 	}
+}
+
+// waitStopped waits until the process pid is stopped (SIGSTOP took
+// effect), as /proc says; where there is no /proc it does not wait.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	path := "/proc/" + strconv.Itoa(pid) + "/stat"
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		stat, err := os.ReadFile(path)
+		if err != nil {
+			return // no /proc here
+		}
+		// The state follows the command name in parentheses.
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'T' || stat[i+2] == 't') {
+			return
+		}
+	}
+	t.Fatalf("process %d not stopped 5s after SIGSTOP", pid)
 }
