@@ -63,6 +63,20 @@ func (ls *lease) capped(now time.Time) bool {
 	return !ls.capAt.IsZero() && !now.Before(ls.capAt)
 }
 
+// lostCause is why ls, past its local deadline at now, is lost: not
+// renewed past its WithMaxHold, or no renewal reached Redis (with the
+// last renewal's error). s.mu must be held.
+func (ls *lease) lostCause(now time.Time) error {
+	if ls.capped(now) {
+		return fmt.Errorf("%w: %w: %q: not renewed past its WithMaxHold", ErrLost, ErrMaxHold, ls.l.key)
+	}
+	err := fmt.Errorf("%w: %q: no renewal reached Redis before the local deadline", ErrLost, ls.l.key)
+	if ls.err != nil {
+		err = fmt.Errorf("%w: %w", err, ls.err)
+	}
+	return err
+}
+
 // early is the earliest a lease may be renewed to share a pipeline.
 func (ls *lease) early() time.Time { return ls.due().Add(-ls.ttl / 30) }
 
@@ -308,13 +322,7 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 		causes := make([]error, len(lost))
 		for i, ls := range lost {
 			delete(s.leases, ls)
-			causes[i] = fmt.Errorf("%w: %q: no renewal reached Redis before the local deadline", ErrLost, ls.l.key)
-			if ls.capped(now) {
-				causes[i] = fmt.Errorf("%w: %w: %q: not renewed past its WithMaxHold", ErrLost, ErrMaxHold, ls.l.key)
-			}
-			if ls.err != nil {
-				causes[i] = fmt.Errorf("%w: %w", causes[i], ls.err)
-			}
+			causes[i] = ls.lostCause(now)
 		}
 		// Only a lease that is due sends a pipeline: one sent whenever one
 		// was early would carry only what came early while the last was in
@@ -437,12 +445,7 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	for _, ls := range locked {
-		// A script's digest, learned once, so that renewals go as EVALSHA.
-		if script, keys, _ := ls.l.extendCall(0); script.digest() == nil {
-			script.known(ctx, rdb, keys[0])
-		}
-	}
+	learnDigests(ctx, rdb, locked)
 	sent := time.Now()
 	cmds := s.extendAll(ctx, rdb, locked, ttls, false)
 	// A flushed or restarted server: send them again as EVAL, which loads
@@ -524,6 +527,16 @@ func (s *scheduler) renewOne(ls *lease) {
 		ls.err = err
 		ls.retryAt = time.Now().Add(max(ttl/16, time.Millisecond))
 		s.mu.Unlock()
+	}
+}
+
+// learnDigests learns the digest of each extend script of leases that is
+// not known yet (once per process), so that their renewals go as EVALSHA.
+func learnDigests(ctx context.Context, rdb redis.UniversalClient, leases []*lease) {
+	for _, ls := range leases {
+		if script, keys, _ := ls.l.extendCall(0); script.digest() == nil {
+			script.known(ctx, rdb, keys[0])
+		}
 	}
 }
 
