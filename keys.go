@@ -4,12 +4,13 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The keys of a lock, l.keys: [0] the lock itself; [1] its queue of
 // waiting tickets, when its waiters queue in Redis (a key that can have
 // side keys, on one Redis or a Cluster; see wait.go); [2] the fencing
-// counter, when fenced.
+// counter, when fenced; [3] the hash of the key's minimums (see mins).
 
 // queued reports whether l's waiters queue in Redis (its key has a queue).
 func (l *Lock) queued() bool { return l.keys[1] != "" }
@@ -17,13 +18,29 @@ func (l *Lock) queued() bool { return l.keys[1] != "" }
 // fenced reports whether l was taken WithFencing (it has a fence key).
 func (l *Lock) fenced() bool { return l.keys[2] != "" }
 
-// tryKeys are the acquire script's keys: the lock, and the fence counter
-// at KEYS[3] when fenced.
+// mins is the name of the hash of l's key's minimums (see WithMinHold),
+// when l takes a minimum, is fenced or has a chosen token (which may hold
+// with a minimum), else "".
+func (l *Lock) mins() string { return l.keys[3] }
+
+// tryKeys are the acquire script's keys: the lock, then (with mins) the
+// hash of minimums, and the fence counter when fenced.
 func (l *Lock) tryKeys() []string {
-	if l.fenced() {
-		return l.keys[:3]
+	switch {
+	case l.mins() == "":
+		return l.keys[:1]
+	case l.fenced():
+		return []string{l.key, l.mins(), l.keys[2]}
 	}
-	return l.keys[:1]
+	return []string{l.key, l.mins()}
+}
+
+// minHold is l's WithMinHold, or 0.
+func (l *Lock) minHold() time.Duration {
+	if l.x == nil {
+		return 0
+	}
+	return l.x.minHold
 }
 
 // queueKeys are the keys of the scripts of the one way to wait (wait.lua,
@@ -68,7 +85,7 @@ func (l *Lock) ticket() string {
 		keys = l.queueKeys()
 	}
 	b.WriteString(l.kind())
-	for _, n := range []int64{l.ttl.Milliseconds(), int64(b2i(l.fenced()))} {
+	for _, n := range []int64{l.ttl.Milliseconds(), l.minHold().Milliseconds(), int64(b2i(l.fenced()))} {
 		b.WriteByte(' ')
 		b.WriteString(strconv.FormatInt(n, 10))
 	}
@@ -113,16 +130,21 @@ func (l *Lock) ticketKey(tok string) string {
 // what it frees to them (see wait.go); on the attempt path, the release
 // is announced on each key's channel. bg says the Client's background work
 // releases it (see Client.observe).
-func (l *Lock) releaseOn(ctx context.Context, r doer, bg bool) (int64, error) {
+func (l *Lock) releaseOn(ctx context.Context, r doer, bg, undo bool) (int64, error) {
 	if l.queued() {
-		return l.releaseQueued(ctx, r, bg)
+		return l.releaseQueued(ctx, r, bg, undo)
 	}
-	keys := l.multi()
-	if keys == nil {
+	keys, args, want := l.multi(), []any{l.value}, 1
+	switch {
+	case keys != nil:
+		want = len(keys)
+	case l.mins() != "" && !undo:
+		keys, args = []string{l.key, l.mins()}, []any{l.value, "min"}
+	default:
 		keys = l.keys[:1]
 	}
-	n, err := releaseManyScript.Run(ctx, r, keys, l.value).Int64()
-	if err != nil || n < int64(len(keys)) {
+	n, err := releaseManyScript.Run(ctx, r, keys, args...).Int64()
+	if err != nil || n < int64(want) {
 		return 0, err
 	}
 	return 1, nil
@@ -145,10 +167,13 @@ func (l *Lock) extendCall(ttl int64) (*luaScript, []string, []any) {
 	if m := l.multi(); m != nil {
 		return extendManyScript, m, []any{l.value, ttl}
 	}
-	if l.fenced() {
-		return extendScript, []string{l.key, l.keys[2] + "s"}, []any{l.value, ttl} // and its fence's record
+	switch {
+	case l.mins() == "":
+		return extendScript, l.keys[:1], []any{l.value, ttl}
+	case l.fenced():
+		return extendScript, []string{l.key, l.mins(), l.keys[2] + "s"}, []any{l.value, ttl} // and its fence's record
 	}
-	return extendScript, l.keys[:1], []any{l.value, ttl}
+	return extendScript, []string{l.key, l.mins()}, []any{l.value, ttl}
 }
 
 // pttlCall is the script, keys and arguments that read l's remaining ttl.
@@ -164,7 +189,7 @@ func (l *Lock) pttlCall() (*luaScript, []string, []any) {
 
 // sideNames are the names (see sideKey) of every side key any kind of lock
 // writes, besides the waiters' tickets.
-var sideNames = []string{"fence", "queue", "shared", "fences", "limit"}
+var sideNames = []string{"fence", "queue", "shared", "fences", "limit", "mins"}
 
 // allSideKeys returns every side key that any kind of lock on key may
 // have written, but tickets: the fencing counter first, then the queue.

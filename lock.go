@@ -222,8 +222,8 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	if err != nil {
 		return nil, o, err
 	}
-	if o.maxHoldSet && o.maxHold <= 0 {
-		return nil, o, fmt.Errorf("%w: WithMaxHold(%v): the maximum must be positive", ErrInvalid, o.maxHold)
+	if err := o.checkHold(key); err != nil {
+		return nil, o, err
 	}
 	if err := o.checkReplicas(); err != nil {
 		return nil, o, err
@@ -232,8 +232,8 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, o, err
 	}
 	l := &Lock{c: c, key: key, ttl: ttl}
-	if o.replicas > 0 || o.obs != nil || o.maxHoldSet {
-		l.x = &lockExtra{replicas: o.replicas, replicaTimeout: o.replicaTimeout, obs: o.obs, maxHold: o.maxHold}
+	if o.replicas > 0 || o.obs != nil || o.maxHoldSet || o.minHoldSet {
+		l.x = &lockExtra{replicas: o.replicas, replicaTimeout: o.replicaTimeout, obs: o.obs, maxHold: o.maxHold, minHold: o.minHold}
 	}
 	l.keys[0] = key
 	if o.fencing && !queueable(key) {
@@ -245,6 +245,9 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		}
 		if o.fencing {
 			l.keys[2] = sideKey(key, "fence")
+		}
+		if o.fencing || o.minHoldSet || o.tokenSet {
+			l.keys[3] = sideKey(key, "mins") // a minimum it takes, or its token may hold with
 		}
 	}
 	l.value = o.tokenPrefix + newToken()
@@ -270,12 +273,15 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	l.args[0], l.args[1] = l.value, c.ttlArg(ttl)
 	var key0 any = key
 	tk := l.tryKeys()
-	l.acqCmd = make([]any, 0, 3+len(tk)+2)
+	l.acqCmd = make([]any, 0, 3+len(tk)+3)
 	l.acqCmd = append(l.acqCmd, "evalsha", acquireScript.digest(), numKeys[len(tk)], key0)
 	for _, k := range tk[1:] {
 		l.acqCmd = append(l.acqCmd, k)
 	}
 	l.acqCmd = append(l.acqCmd, l.args[0], l.args[1])
+	if o.minHoldSet {
+		l.acqCmd = append(l.acqCmd, o.minHold.Milliseconds())
+	}
 	return l, o, nil
 }
 
@@ -475,13 +481,22 @@ type lockExtra struct {
 	chosen         bool          // WithToken: its token is the caller's, and never changes
 	maxHold        time.Duration // WithMaxHold: kept alive only this long after it was taken
 	capAt          time.Time     // with maxHold: when that is (from the first success); under mu
+	minHold        time.Duration // WithMinHold: Redis keeps it at least this long after it was taken
+	minUntil       time.Time     // with minHold: until when, less a drift (from the first success); under mu
 }
 
 // took records that l was taken by a call sent at sent: its WithMaxHold
-// counts from the first. l.mu must be held, or l not yet shared.
+// and WithMinHold count from the first. l.mu must be held, or l not yet
+// shared.
 func (l *Lock) took(sent time.Time) {
-	if l.x != nil && l.x.maxHold > 0 && l.x.capAt.IsZero() {
+	if l.x == nil {
+		return
+	}
+	if l.x.maxHold > 0 && l.x.capAt.IsZero() {
 		l.x.capAt = sent.Add(l.x.maxHold)
+	}
+	if l.x.minHold > 0 && l.x.minUntil.IsZero() {
+		l.x.minUntil = sent.Add(l.x.minHold - drift(l.x.minHold))
 	}
 }
 
@@ -532,7 +547,7 @@ type Lock struct {
 	c      *Client
 	key    string
 	value  string     // what the key holds: the token, then " " and metadata if any
-	keys   [3]string  // the key, its queue, its fence key, or "" (see keys.go)
+	keys   [4]string  // the key, its queue, its fence key, its minimums, or "" (see keys.go)
 	x      *lockExtra // what few locks need, or nil
 	args   [2]any     // the value and the acquire ttl, boxed once: script arguments
 	acqCmd []any      // the acquire script's EVALSHA, built once (see evalsha)
@@ -615,7 +630,11 @@ func (l *Lock) Deadline() time.Time {
 
 // deadline is Deadline with l.mu held.
 func (l *Lock) deadline() time.Time {
-	return l.sent.Add(l.ttl - drift(l.ttl))
+	d := l.sent.Add(l.ttl - drift(l.ttl))
+	if l.x != nil && l.x.minUntil.After(d) {
+		return l.x.minUntil // Redis keeps it for its minimum
+	}
+	return d
 }
 
 // drift is the safety margin taken off a ttl for the local deadline.
@@ -711,13 +730,13 @@ func (l *Lock) releaseLock(ctx context.Context) error {
 		rctx, cancel = detach(ctx, left)
 		defer cancel()
 	}
-	n, err := l.release(rctx, false)
+	n, err := l.release(rctx, false, false)
 	if err != nil && rctx == ctx && ctx.Err() != nil {
 		// ctx ended during the call: send it again, detached from ctx.
 		// (If the first one ran, this one finds the lock gone: ErrNotHeld.)
 		dctx, cancel := detach(ctx, time.Until(deadline))
 		defer cancel()
-		n, err = l.release(dctx, false)
+		n, err = l.release(dctx, false, false)
 	}
 	if err != nil {
 		if retryable(err) {
@@ -792,7 +811,7 @@ func (l *Lock) cleanup(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
-	_, _ = l.release(ctx, false)
+	_, _ = l.release(ctx, false, true) // an undo: minimum or not
 }
 
 // undo is cleanup after an acquire whose outcome is unknown or came too
@@ -811,11 +830,11 @@ func (l *Lock) undo(ctx context.Context) bool {
 // release runs the release script, and reports 1 if every key was still
 // ours and is deleted, 0 if not (a multi-key lock with some keys no longer
 // ours has the others deleted, and reports 0).
-func (l *Lock) release(ctx context.Context, bg bool) (int64, error) {
+func (l *Lock) release(ctx context.Context, bg, undo bool) (int64, error) {
 	if l.c.nodes != nil {
-		return l.redlockRelease(ctx)
+		return l.redlockRelease(ctx, undo)
 	}
-	return l.releaseOn(ctx, l.c.rdb, bg)
+	return l.releaseOn(ctx, l.c.rdb, bg, undo)
 }
 
 // Extend sets the lock to expire ttl from now, if it is still ours, in one

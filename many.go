@@ -74,6 +74,9 @@ func (c *Client) newManyLock(ctx context.Context, keys []string, ttl time.Durati
 	if o.fencing {
 		return nil, o, fmt.Errorf("%w: fencing a multi-key lock is not supported: a fence counts per key, so fence the keys one by one", ErrInvalid)
 	}
+	if o.minHoldSet {
+		return nil, o, fmt.Errorf("%w: WithMinHold on a multi-key lock is not supported", ErrInvalid)
+	}
 	l, o, err := c.newLock(ctx, keys[0], ttl, append(opts[:len(opts):len(opts)], WithoutFencing()))
 	if err != nil {
 		return nil, o, err

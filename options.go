@@ -31,6 +31,8 @@ type options struct {
 	tokenPrefix    string        // begins a random token (a leadership's: see Campaign)
 	maxHold        time.Duration // WithMaxHold
 	maxHoldSet     bool          // WithMaxHold was given
+	minHold        time.Duration // WithMinHold
+	minHoldSet     bool          // WithMinHold was given
 }
 
 func defaultOptions() options {
@@ -132,6 +134,43 @@ func checkToken(token string) error {
 // ErrInvalid.
 func WithMaxHold(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.maxHold, o.maxHoldSet = d, true })
+}
+
+// WithMinHold keeps the lock for at least d after it was taken, however
+// soon it is released: with it, Do and TryDo run a job at most once per d,
+// on every instance together (TryDo on each instance's hourly tick with
+// WithMinHold(23*time.Hour) runs the job once a day). Release before d has
+// passed returns nil and leaves the key held by the same token (and fence)
+// until then, when the first waiter is served; after d it frees the key at
+// once. The minimum is kept in Redis with the hold, so a release by another
+// process (Resume, padlock release) keeps it too, and a holder that dies
+// frees the key at the later of its ttl and the minimum. No Extend or
+// renewal shortens it; Break ends it. It applies to a lock, a semaphore
+// place and a shared hold, and on a Redlock Client (on every node).
+//
+// A d of zero or less, a d longer than WithMaxHold's, a multi-key lock and
+// a key that cannot have side keys (one with braces but no hash tag) are
+// ErrInvalid. An acquire that fails (a Redlock attempt short of a quorum,
+// a lock that came too late) frees what it took at once, minimum or not.
+func WithMinHold(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.minHold, o.minHoldSet = d, true })
+}
+
+// checkHold validates WithMinHold and WithMaxHold for a lock of key.
+func (o options) checkHold(key string) error {
+	switch {
+	case o.maxHoldSet && o.maxHold <= 0:
+		return fmt.Errorf("%w: WithMaxHold(%v): the maximum must be positive", ErrInvalid, o.maxHold)
+	case !o.minHoldSet:
+		return nil
+	case o.minHold <= 0:
+		return fmt.Errorf("%w: WithMinHold(%v): the minimum must be positive", ErrInvalid, o.minHold)
+	case o.maxHoldSet && o.minHold > o.maxHold:
+		return fmt.Errorf("%w: WithMinHold(%v) is longer than WithMaxHold(%v)", ErrInvalid, o.minHold, o.maxHold)
+	case !queueable(key):
+		return fmt.Errorf("%w: WithMinHold needs a key with a hash tag or without braces, got %q", ErrInvalid, key)
+	}
+	return nil
 }
 
 // WithoutFencing turns fencing off for one call on a Client created with

@@ -238,10 +238,10 @@ func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, f func(ctx
 
 // redlockRelease deletes the lock on every node; it reports 1 if a quorum
 // still held it.
-func (l *Lock) redlockRelease(ctx context.Context) (int64, error) {
+func (l *Lock) redlockRelease(ctx context.Context, undo bool) (int64, error) {
 	c := l.c
 	ours, notOurs, err := c.redlockCount(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		return l.releaseOn(ctx, r, false)
+		return l.releaseOn(ctx, r, false, undo)
 	})
 	switch {
 	case ours >= c.quorum():

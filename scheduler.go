@@ -485,7 +485,7 @@ func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 func (s *scheduler) retryReleases(prs []*pendingRelease) {
 	for _, pr := range prs {
 		ctx, cancel := context.WithDeadline(context.Background(), earliest(pr.deadline, time.Now().Add(releaseTimeout)))
-		_, err := pr.l.release(ctx, true)
+		_, err := pr.l.release(ctx, true, false)
 		cancel()
 		switch {
 		case err == nil:

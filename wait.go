@@ -336,22 +336,25 @@ func (l *Lock) leave(ctx context.Context, keep bool) {
 // Redis: it queues this Client's pending waiters for the key first, and
 // serves the queue (see lua/release.lua, lua/count_release.lua). It
 // returns like releaseOn.
-func (l *Lock) releaseQueued(ctx context.Context, r doer, bg bool) (int64, error) {
+func (l *Lock) releaseQueued(ctx context.Context, r doer, bg, undo bool) (int64, error) {
 	c := l.c
 	life := ticketLifeFor(l.ttl).Milliseconds()
 	regs, carried := c.takePending(l)
 	sent := time.Now()
 	var res any
 	var err error
+	flags := "" // see lua/release.lua
+	if undo {
+		flags = "u"
+	}
 	if l.counted() != nil {
-		args := append([]any{l.value, l.kind(), c.notify.id, life}, regs...)
+		args := append([]any{l.value, l.kind(), c.notify.id, life, flags}, regs...)
 		res, err = countReleaseScript.Run(ctx, r, l.queueKeys(), args...).Result()
 	} else {
-		fenced := ""
 		if l.fenced() {
-			fenced = "fenced"
+			flags += "f"
 		}
-		args := append([]any{l.value, c.notify.id, life, fenced}, regs...)
+		args := append([]any{l.value, c.notify.id, life, flags}, regs...)
 		res, err = releaseScript.Run(ctx, r, l.queueKeys(), args...).Result()
 	}
 	if err != nil {

@@ -55,7 +55,7 @@ func TestAShortTicketDoesNotOrphanTheQueue(t *testing.T) {
 	holder, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
 	require.NoError(t, err)
 
-	hook := &probeHook{prefix: "x 1000 ", delay: 950 * time.Millisecond}
+	hook := &probeHook{prefix: "x 1000 0 ", delay: 950 * time.Millisecond}
 	rdbA := redis.NewClient(&redis.Options{Addr: e.srv.Addr()})
 	rdbA.AddHook(hook)
 	defer rdbA.Close()

@@ -167,7 +167,7 @@ func TestChosenTokenTakesOverADeadWaitersTicket(t *testing.T) {
 	defer cancel()
 	rerun := acquireLater(rctx, e.c, e.key, time.Minute, padlock.WithToken(job), padlock.WithFencing())
 	require.Eventually(t, func() bool {
-		return strings.HasPrefix(e.get(ticketKey(e.key, job)), "x 60000 1 ") // its own ticket now: fenced
+		return strings.HasPrefix(e.get(ticketKey(e.key, job)), "x 60000 0 1 ") // its own ticket now: fenced
 	}, 5*time.Second, 5*time.Millisecond)
 	start := time.Now()
 	require.NoError(t, h.Release(e.ctx))

@@ -15,7 +15,7 @@ if (kind == 'zset' or before[1] == MARKER) and #before[4] == 0 then return {befo
 local K, F, Q = KEYS[1], KEYS[2], KEYS[4]
 if F and redis.call('EXISTS', F) == 1 then redis.call('INCR', F) end
 redis.call('DEL', K)
-if KEYS[3] then redis.call('DEL', KEYS[3], KEYS[5]) end
+if KEYS[3] then redis.call('DEL', KEYS[3], KEYS[5], prefix(Q) .. 'mins') end -- minimums too: broken holds are not kept
 -- Waiters on the attempt path (Redlock, keys with a brace but no hash
 -- tag) attempt when they hear this, sharded or plain (as release_many.lua).
 pcall(redis.call, 'SPUBLISH', K, 'released')

@@ -1,18 +1,28 @@
 -- count_release.lua: a holder of a semaphore or a shared hold leaves (see
 -- grant.lua): KEYS[1] the key, KEYS[2] its queue; ARGV[1] the holder's
 -- value, ARGV[2] 's' (shared) or 'n' (semaphore), ARGV[3] the releasing
--- client, ARGV[4] how long a ticket lives (ms), then waiters to queue
--- first, as in release.lua. It serves the queue.
--- Returns {1, grants...} (with hints, as release.lua's) if the value was a holder, {0} if not (expired,
--- or released).
+-- client, ARGV[4] how long a ticket lives (ms), ARGV[5] 'u' to undo an
+-- acquire (leave even before the minimum) or '', then waiters to queue
+-- first, as in release.lua. It serves the queue. A holder kept for its
+-- minimum (see token.lua) stays until the minimum ends instead.
+-- Returns {1, grants...} (with hints, as release.lua's) if the value was a
+-- holder, {0} if not (expired, or released).
 --@grant
 local K, Q, kind = KEYS[1], KEYS[2], ARGV[2]
 local P = prefix(Q)
 local t = now()
 expire(K, P, kind, t)
 local H = holders(K, P, kind)
-if redis.call('ZREM', H, ARGV[1]) == 0 then return {0} end
-redis.call('HDEL', P .. 'fences', tokenOf(ARGV[1]))
-local queued = carry(Q, t, 5, ARGV[4])
+local score = redis.call('ZSCORE', H, ARGV[1])
+if not score then return {0} end
+local keep = 0
+if ARGV[5] ~= 'u' then keep = keptFor(P .. 'mins', tokenOf(ARGV[1])) end
+if keep > 0 then
+  redis.call('ZADD', H, t + keep, ARGV[1])
+else
+  redis.call('ZREM', H, ARGV[1])
+  redis.call('HDEL', P .. 'fences', tokenOf(ARGV[1]))
+end
+local queued = carry(Q, t, 6, ARGV[4])
 settle(K, P, kind, t)
 return tellCarried(K, t, queued, serve(K, Q, t, ARGV[3], {1}))

@@ -1,14 +1,18 @@
 -- extend.lua: set the lock KEYS[1] to expire ARGV[2] milliseconds from now
 -- if it still holds the token of the value ARGV[1] (the value up to its
 -- first space: the metadata may have changed). It never creates the key.
--- KEYS[2], for a fenced lock, is the hash of its holders' fences (see
--- token.lua's recordFence), which lives as long as the lock.
+-- KEYS[2], when present, is the hash of the key's minimums (see
+-- token.lua): a hold kept for its minimum is not set to expire before
+-- that. KEYS[3], for a fenced lock, is the hash of its holders' fences
+-- (see token.lua's recordFence), which lives as long as the lock.
 -- Returns 1 if the expiry was set, 0 if the lock is someone else's, -1 if
 -- the key is gone (a Redlock node restarted empty, say).
 local v = redis.call('GET', KEYS[1])
 if sameToken(v, ARGV[1]) then
-  if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local ms = ARGV[2]
+  if KEYS[2] then ms = string.format('%d', math.max(tonumber(ms), keptFor(KEYS[2], tokenOf(v)))) end
+  if KEYS[3] then redis.call('PEXPIRE', KEYS[3], ms) end
+  return redis.call('PEXPIRE', KEYS[1], ms)
 end
 if not v then return -1 end
 return 0

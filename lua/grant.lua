@@ -19,11 +19,6 @@ local MARKER = 'padlock:shared'
 -- lives after the last call that renewed it; twice the longest ticket
 -- life, so that no call shortens it.
 
-local function now()
-  local t = redis.call('TIME')
-  return t[1] * 1000 + math.floor(t[2] / 1000)
-end
-
 -- announce publishes msg on channel (sharded where the server has it); a
 -- refused channel (ACL) only delays the waiter to its next renewal.
 local function announce(channel, msg)
@@ -46,15 +41,16 @@ local function arrival(t)
   return s
 end
 
--- parse reads a ticket: the line "kind ttl fenced client limit toklen
--- n len1 .. lenn", then the token, n strings of those lengths (for a
--- multi-key lock, each key and its queue) and the value. kind is 'x'
+-- parse reads a ticket: the line "kind ttl min fenced client limit
+-- toklen n len1 .. lenn", then the token, n strings of those lengths (for
+-- a multi-key lock, each key and its queue) and the value. kind is 'x'
 -- exclusive, 's' shared, 'n' a place of a semaphore of limit places, or
--- 'm' every key of keys.
+-- 'm' every key of keys; min the hold's minimum (ms, 0 none: see
+-- token.lua).
 local function parse(d)
-  local k, ttl, f, c, l, toklen, n, lens, pos =
-    string.match(d, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)([^\n]*)\n()')
-  local w = {k = k, ttl = tonumber(ttl), f = tonumber(f), c = c, l = tonumber(l)}
+  local k, ttl, min, f, c, l, toklen, n, lens, pos =
+    string.match(d, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)([^\n]*)\n()')
+  local w = {k = k, ttl = tonumber(ttl), min = tonumber(min), f = tonumber(f), c = c, l = tonumber(l)}
   toklen = tonumber(toklen)
   w.tok = string.sub(d, pos, pos + toklen - 1)
   pos = pos + toklen
@@ -71,7 +67,7 @@ end
 
 -- who reads of a ticket only what tell needs: its kind, client and token.
 local function who(d)
-  local k, c, toklen, pos = string.match(d, '^(%S+) %S+ %S+ (%S+) %S+ (%S+)[^\n]*\n()')
+  local k, c, toklen, pos = string.match(d, '^(%S+) %S+ %S+ %S+ (%S+) %S+ (%S+)[^\n]*\n()')
   return {k = k, c = c, tok = string.sub(d, pos, pos + tonumber(toklen) - 1)}
 end
 
@@ -140,19 +136,28 @@ local function limitOK(P, w)
   return not n or tonumber(n) == w.l
 end
 
+-- holdFor is how long (ms) what w takes at t is held: its ttl, or its
+-- minimum if longer, which it records.
+local function holdFor(P, w, t)
+  if w.min == 0 then return w.ttl end
+  recordMin(P .. 'mins', w.tok, t, w.min)
+  return math.max(w.ttl, w.min)
+end
+
 -- admit gives K to a ticket (or a caller) w of kind 'x', 's' or 'n', and
 -- returns its fence (0 unfenced).
 local function admit(K, P, w, t)
   local fence = 0
   if w.f == 1 then fence = redis.call('INCR', P .. 'fence') end
-  local ttl = string.format('%d', w.ttl)
+  local hold = holdFor(P, w, t)
   if w.k == 'x' then
-    redis.call('SET', K, w.v, 'PX', ttl)
-    if w.f == 1 then recordFence(P .. 'fence', w.tok, fence, ttl) end
+    local ms = string.format('%d', hold)
+    redis.call('SET', K, w.v, 'PX', ms)
+    if w.f == 1 then recordFence(P .. 'fence', w.tok, fence, ms) end
     return fence
   end
   local H = holders(K, P, w.k)
-  redis.call('ZADD', H, t + w.ttl, w.v)
+  redis.call('ZADD', H, t + hold, w.v)
   if w.k == 'n' then redis.call('SET', P .. 'limit', w.l, 'KEEPTTL') end
   if w.f == 1 then redis.call('HSET', P .. 'fences', w.tok, fence) end
   settle(K, P, w.k, t)
@@ -245,7 +250,7 @@ local function grant(K, Q, t, me, mine)
       if not fence then return mine end
       redis.call('DEL', head)
       tell(head, w, fence, me, mine)
-      if w.k ~= 's' and w.k ~= 'n' then return mine, q[2] or false, w.ttl end
+      if w.k ~= 's' and w.k ~= 'n' then return mine, q[2] or false, math.max(w.ttl, w.min) end
     end
   end
 end

@@ -2,7 +2,8 @@
 -- ARGV[1] its ticket (see grant.lua's parse), ARGV[2] how long Redis remembers that it
 -- left (ms), ARGV[3] 'keep' or 'pass'. Its ticket becomes '-' (so that no
 -- call queues it again), it leaves every queue, and, with 'pass', what was
--- granted to it meanwhile is passed on, as a release would ('keep': a
+-- granted to it meanwhile is passed on at once, as an undone acquire
+-- would, minimum or not ('keep': a
 -- chosen token that may have held the key before it waited keeps it, for
 -- its holders to release). Returns {1 if it passed something on, else 0,
 -- grants...}, grants as in wait.lua.
@@ -22,12 +23,14 @@ elseif w.k == 'x' or w.k == 'm' then
     if redis.call('GET', KEYS[i]) == w.v then
       redis.call('DEL', KEYS[i])
       if w.f == 1 then redis.call('HDEL', P .. 'fences', w.tok) end
+      redis.call('HDEL', P .. 'mins', w.tok)
       out[1] = 1
     end
   end
 else
   if redis.call('ZREM', holders(K, P, w.k), w.v) == 1 then
     redis.call('HDEL', P .. 'fences', w.tok)
+    redis.call('HDEL', P .. 'mins', w.tok)
     settle(K, P, w.k, t)
     out[1] = 1
   end

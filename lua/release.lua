@@ -1,14 +1,17 @@
 -- release.lua: release a lock whose waiters queue in Redis (see
 -- grant.lua): KEYS the lock's key and its queue (for a multi-key lock, the
 -- same for every key); ARGV[1] its value, ARGV[2] the releasing client,
--- ARGV[3] how long a ticket lives (ms), ARGV[4] 'fenced' for a lock taken
--- with a fence (its record goes too: see token.lua's recordFence) or '',
--- then pairs of token and ticket (see grant.lua's parse) of the client's
+-- ARGV[3] how long a ticket lives (ms), ARGV[4] flags: 'f' for a lock
+-- taken with a fence (its record goes too: see token.lua's recordFence),
+-- 'u' to undo an acquire (free the key even before its minimum); then
+-- pairs of token and ticket (see grant.lua's parse) of the client's
 -- waiters for the key that no call has queued yet: they are queued first,
 -- unless they left meanwhile.
 --
 -- It deletes every key that still holds the value's token (the value up
--- to its first space) and serves the queues.
+-- to its first space) and serves the queues; a key held for its minimum
+-- (see token.lua) is set to expire when the minimum ends instead, and its
+-- first waiter told when that is.
 -- Returns 0 if no key was ours (it changes nothing); 1 if every key was
 -- ours and nobody waits; else {1 or 0 (every key was ours, or not),
 -- grants...}, grants as in wait.lua, a hint for the first waiter left
@@ -17,18 +20,27 @@
 --
 -- The common case, nobody waiting, comes before grant.lua's functions
 -- (inserted at the marker), which would otherwise be built on every call.
+local tok, fenced, undo = tokenOf(ARGV[1]), string.find(ARGV[4], 'f'), string.find(ARGV[4], 'u')
 local n, all = 0, true
 for i = 1, #KEYS, 2 do
   local v = redis.call('GET', KEYS[i])
   if sameToken(v, ARGV[1]) then
-    redis.call('DEL', KEYS[i])
+    local P = string.sub(KEYS[i + 1], 1, -6)
+    local keep = 0
+    if not undo then keep = keptFor(P .. 'mins', tok) end
+    if keep > 0 then
+      redis.call('PEXPIRE', KEYS[i], keep)
+      if fenced then redis.call('PEXPIRE', P .. 'fences', keep) end
+    else
+      redis.call('DEL', KEYS[i])
+      if fenced then redis.call('HDEL', P .. 'fences', tok) end
+    end
     n = n + 1
   else
     all = false
   end
 end
 if n == 0 then return 0 end
-if ARGV[4] == 'fenced' then redis.call('HDEL', string.sub(KEYS[2], 1, -6) .. 'fences', tokenOf(ARGV[1])) end
 local ours = all and 1 or 0
 if not ARGV[5] then
   local queued = false

@@ -25,17 +25,21 @@ local t = now()
 local chosen = ARGV[4] == 'chosen'
 
 -- held returns the caller's fence if it holds the lock now (renewing it
--- for its ttl), else nil. The same token is the same holder: its value is
--- set anew, with this call's metadata (only a chosen token can hold with
--- other metadata).
+-- for its ttl, or a minimum it holds with or asks for if longer), else
+-- nil. The same token is the same holder: its value is set anew, with
+-- this call's metadata (only a chosen token can hold with other metadata).
+local function kept()
+  return math.max(holdFor(P, w, t), keptFor(P .. 'mins', w.tok))
+end
 local function held()
   if w.k == 'x' or w.k == 'm' then
     for i = 1, #KEYS, 2 do
       local v = redis.call('GET', KEYS[i])
       if not v or tokenOf(v) ~= w.tok then return nil end
     end
-    for i = 1, #KEYS, 2 do redis.call('SET', KEYS[i], w.v, 'PX', string.format('%d', w.ttl)) end
-    if w.f == 1 then return heldFence(P .. 'fence', w.tok, string.format('%d', w.ttl)) end
+    local ms = string.format('%d', kept())
+    for i = 1, #KEYS, 2 do redis.call('SET', KEYS[i], w.v, 'PX', ms) end
+    if w.f == 1 then return heldFence(P .. 'fence', w.tok, ms) end
     return 0
   end
   local H = holders(K, P, w.k)
@@ -48,7 +52,7 @@ local function held()
   end
   if not v then return nil end
   if v ~= w.v then redis.call('ZREM', H, v) end
-  redis.call('ZADD', H, t + w.ttl, w.v)
+  redis.call('ZADD', H, t + kept(), w.v)
   settle(K, P, w.k, t)
   return tonumber(redis.call('HGET', P .. 'fences', w.tok) or '0')
 end

@@ -1,0 +1,309 @@
+package padlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/padlock-go/padlock"
+)
+
+// WithMaxHold(2s) with a 600ms ttl, kept alive: renewing stops 2s after
+// the acquire, the KeepAlive context ends with ErrMaxHold and ErrLost
+// between 2.0s and 2.0s + ttl after it, a waiter gets the lock then, and
+// Extend past the cap is ErrMaxHold. For a lock, a semaphore place, a
+// shared hold, and on Redlock.
+func TestWithMaxHold(t *testing.T) {
+	const maxHold, ttl = 2 * time.Second, 600 * time.Millisecond
+	// run: holder takes key with hold, kept alive; waiter waits with wait.
+	run := func(t *testing.T, holder, waiter *padlock.Client, key string, hold, wait []padlock.Option) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		acquired := time.Now()
+		l, err := holder.TryAcquire(ctx, key, ttl, append(hold, padlock.WithMaxHold(maxHold))...)
+		require.NoError(t, err)
+		kctx, stop := l.KeepAlive(ctx)
+		defer stop()
+		got := acquireLater(ctx, waiter, key, ttl, wait...)
+		<-kctx.Done()
+		ended := time.Since(acquired)
+		cause := context.Cause(kctx)
+		require.ErrorIs(t, cause, padlock.ErrMaxHold)
+		require.ErrorIs(t, cause, padlock.ErrLost)
+		assert.GreaterOrEqual(t, ended, maxHold, "not before the maximum")
+		assert.Less(t, ended, maxHold+ttl, "at the lock's expiry, not later")
+		require.ErrorIs(t, l.Extend(ctx, ttl), padlock.ErrMaxHold, "no Extend past the cap")
+		w := <-got
+		require.NoError(t, w.err, "a waiter gets the lock when it expires")
+		assert.Less(t, time.Since(acquired), maxHold+ttl+time.Second)
+		require.NoError(t, w.l.Release(ctx))
+	}
+	e := newReal(t, nil)
+	semaphore := []padlock.Option{padlock.WithLimit(1)}
+	for _, k := range []struct {
+		name       string
+		hold, wait []padlock.Option
+	}{
+		{"lock", nil, nil},
+		{"semaphore", semaphore, semaphore},
+		{"shared", []padlock.Option{padlock.WithShared()}, nil}, // a writer waits
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			cs := moreClients(t, e, 2)
+			run(t, cs[0], cs[1], "lock:"+t.Name(), k.hold, k.wait)
+		})
+	}
+	t.Run("redlock", func(t *testing.T) {
+		t.Parallel()
+		r := startRedlock(t, 3)
+		var clients []redis.UniversalClient
+		for _, s := range r.srvs {
+			rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+			t.Cleanup(func() { _ = rdb.Close() })
+			clients = append(clients, rdb)
+		}
+		other := padlock.NewRedlock(clients)
+		t.Cleanup(func() { _ = other.Close() })
+		run(t, r.c, other, "lock:maxhold:redlock", nil, nil)
+	})
+}
+
+// Bad input: a maximum of zero or less is ErrInvalid, and nothing is
+// taken; a lock without WithMaxHold is kept alive past any such time.
+func TestWithMaxHoldBadInput(t *testing.T) {
+	e := newMini(t)
+	for _, d := range []time.Duration{0, -time.Second} {
+		_, err := e.c.TryAcquire(e.ctx, e.key, time.Second, padlock.WithMaxHold(d))
+		require.ErrorIs(t, err, padlock.ErrInvalid)
+		assert.False(t, e.mr.Exists(e.key), "nothing taken")
+	}
+	l, err := e.c.TryAcquire(e.ctx, e.key, time.Second, padlock.WithMaxHold(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, l.Extend(e.ctx, time.Second), "before the maximum, Extend works")
+	require.NoError(t, l.Release(e.ctx))
+	assert.False(t, errors.Is(padlock.ErrMaxHold, padlock.ErrLost), "two errors, matched together only as a cause")
+}
+
+// WithMinHold(1s) on every instance's tick: 5 Clients each run TryDo with
+// a 20ms job every 100ms for 5s, and the job runs once per second in all.
+func TestWithMinHoldRunsOncePerInterval(t *testing.T) {
+	const minHold, tick, span = time.Second, 100 * time.Millisecond, 5 * time.Second
+	e := newReal(t, nil)
+	type run struct{ sent, started time.Time }
+	var mu sync.Mutex
+	var runs []run
+	var wg sync.WaitGroup
+	end := time.Now().Add(span)
+	for _, c := range moreClients(t, e, 5) {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				sent := time.Now()
+				err := c.TryDo(e.ctx, e.key, 10*time.Second, func(context.Context) error {
+					mu.Lock()
+					runs = append(runs, run{sent, time.Now()})
+					mu.Unlock()
+					time.Sleep(20 * time.Millisecond)
+					return nil
+				}, padlock.WithMinHold(minHold))
+				if err != nil && !errors.Is(err, padlock.ErrNotAcquired) {
+					t.Error(err)
+					return
+				}
+				time.Sleep(tick)
+			}
+		})
+	}
+	wg.Wait()
+	require.True(t, len(runs) == 5 || len(runs) == 6, "once per second for 5s, not on every tick: %d runs", len(runs))
+	for i := 1; i < len(runs); i++ {
+		// Redis took the lock for run i at least 1s after it took it for
+		// run i-1: between the acquire's send and the job's start of each.
+		assert.GreaterOrEqual(t, runs[i].started.Sub(runs[i-1].sent), minHold, "run %d", i)
+	}
+}
+
+// Release under a minimum: the key stays held by the same token (and
+// fence) until the minimum, then a waiter gets it within 100ms of that
+// moment; released after the minimum, the key is freed at once. For a
+// lock, a semaphore place, a shared hold, and on Redlock; and for a
+// release by another process (Resume).
+func TestReleaseUnderMinHold(t *testing.T) {
+	const minHold, ttl = time.Second, 10 * time.Second
+	// run: holder takes key with hold and a minimum, and releaser (the
+	// holder, or another Client by Resume) releases it early; waiter waits
+	// with wait.
+	run := func(t *testing.T, holder, releaser, waiter *padlock.Client, key string, hold, wait []padlock.Option) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		sent := time.Now()
+		l, err := holder.TryAcquire(ctx, key, ttl, append(hold, padlock.WithMinHold(minHold))...)
+		require.NoError(t, err)
+		took := time.Now()
+		got := acquireLater(ctx, waiter, key, ttl, wait...)
+		time.Sleep(200 * time.Millisecond)
+		if releaser != holder {
+			l, err = releaser.Resume(ctx, key, l.Token())
+			require.NoError(t, err)
+		}
+		require.NoError(t, l.Release(ctx), "a release under the minimum is not an error")
+		info, err := releaser.Inspect(ctx, key)
+		require.NoError(t, err)
+		require.True(t, info.Held, "held until the minimum")
+		assert.Contains(t, tokens(info), l.Token(), "by the same token")
+		select {
+		case w := <-got:
+			t.Fatalf("a waiter got the key under the minimum: %v", w.err)
+		case <-time.After(time.Until(sent.Add(minHold - 50*time.Millisecond))):
+		}
+		w := <-got
+		require.NoError(t, w.err)
+		at := time.Now()
+		assert.GreaterOrEqual(t, at.Sub(sent), minHold, "not before the minimum")
+		assert.Less(t, at.Sub(took), minHold+100*time.Millisecond, "served at the minimum")
+		require.NoError(t, w.l.Release(ctx))
+	}
+	e := newReal(t, nil)
+	semaphore := []padlock.Option{padlock.WithLimit(1)}
+	for _, k := range []struct {
+		name       string
+		hold, wait []padlock.Option
+	}{
+		{"lock", nil, nil},
+		{"fenced", []padlock.Option{padlock.WithFencing()}, nil},
+		{"semaphore", semaphore, semaphore},
+		{"shared", []padlock.Option{padlock.WithShared()}, nil}, // a writer waits
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			cs := moreClients(t, e, 2)
+			run(t, cs[0], cs[0], cs[1], "lock:"+t.Name(), k.hold, k.wait)
+		})
+	}
+	t.Run("resumed", func(t *testing.T) {
+		t.Parallel()
+		cs := moreClients(t, e, 3)
+		run(t, cs[0], cs[2], cs[1], "lock:"+t.Name(), nil, nil)
+	})
+	t.Run("redlock", func(t *testing.T) {
+		t.Parallel()
+		r := startRedlock(t, 3)
+		other := startRedlockOver(t, r)
+		run(t, r.c, r.c, other, "lock:minhold:redlock", nil, nil)
+	})
+	t.Run("after", func(t *testing.T) {
+		t.Parallel()
+		cs := moreClients(t, e, 2)
+		key := "lock:" + t.Name()
+		l, err := cs[0].TryAcquire(t.Context(), key, ttl, padlock.WithMinHold(100*time.Millisecond))
+		require.NoError(t, err)
+		got := acquireLater(t.Context(), cs[1], key, ttl)
+		time.Sleep(300 * time.Millisecond)
+		released := time.Now()
+		require.NoError(t, l.Release(t.Context()))
+		w := <-got
+		require.NoError(t, w.err)
+		assert.Less(t, time.Since(released), 100*time.Millisecond, "freed at once after the minimum")
+		require.NoError(t, w.l.Release(t.Context()))
+	})
+}
+
+// tokens are the tokens that hold a key, as Inspect shows it.
+func tokens(info padlock.LockInfo) []string {
+	if info.Token != "" {
+		return []string{info.Token}
+	}
+	var ts []string
+	for _, h := range info.Holders {
+		ts = append(ts, h.Token)
+	}
+	return ts
+}
+
+// A minimum is kept in Redis with the hold: a holder that dies frees the
+// key at the later of its ttl and its minimum; no Extend shortens it;
+// Inspect shows the key held by its token, with its ttl; the fence stays;
+// and a waiter granted the lock with a minimum keeps it too.
+func TestMinHoldIsKeptInRedis(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		l, err := e.c.TryAcquire(e.ctx, e.key, 200*time.Millisecond, padlock.WithMinHold(time.Minute), padlock.WithFencing())
+		require.NoError(t, err)
+		assert.Greater(t, e.pttl(e.key), 59*time.Second, "a holder that dies frees it at its minimum")
+		require.NoError(t, l.Extend(e.ctx, 100*time.Millisecond))
+		assert.Greater(t, e.pttl(e.key), 59*time.Second, "Extend does not shorten the minimum")
+		require.NoError(t, l.Release(e.ctx))
+		info, err := e.c.Inspect(e.ctx, e.key)
+		require.NoError(t, err)
+		assert.True(t, info.Held)
+		assert.Equal(t, l.Token(), info.Token)
+		assert.Greater(t, info.TTL, 59*time.Second)
+		assert.Equal(t, l.Fence(), info.Fence)
+		_, err = e.c.TryAcquire(e.ctx, e.key, time.Second)
+		require.ErrorIs(t, err, padlock.ErrNotAcquired)
+		_, err = e.c.Break(e.ctx, e.key)
+		require.NoError(t, err, "Break ends a minimum")
+
+		long, err := e.c.TryAcquire(e.ctx, e.key+"2", time.Minute, padlock.WithMinHold(time.Second))
+		require.NoError(t, err)
+		assert.Greater(t, e.pttl(e.key+"2"), 59*time.Second, "the ttl, when longer than the minimum")
+		require.NoError(t, long.Release(e.ctx))
+	})
+	t.Run("granted", func(t *testing.T) {
+		e := newReal(t, nil)
+		cs := moreClients(t, e, 2)
+		h, err := cs[0].TryAcquire(e.ctx, e.key, time.Minute)
+		require.NoError(t, err)
+		got := acquireLater(e.ctx, cs[1], e.key, time.Minute, padlock.WithMinHold(time.Minute))
+		time.Sleep(100 * time.Millisecond) // queued
+		require.NoError(t, h.Release(e.ctx))
+		w := <-got
+		require.NoError(t, w.err)
+		require.NoError(t, w.l.Release(e.ctx))
+		_, err = e.c.TryAcquire(e.ctx, e.key, time.Second)
+		require.ErrorIs(t, err, padlock.ErrNotAcquired, "granted with a minimum, kept for it")
+		assert.Greater(t, e.pttl(e.key), 59*time.Second)
+	})
+}
+
+// A failed acquire frees what it took at once, minimum or not: a Redlock
+// attempt that took one node of three, short of a quorum, leaves nothing.
+func TestFailedAcquireLeavesNoMinimum(t *testing.T) {
+	r := startRedlock(t, 3)
+	const key = "lock:minhold:failed"
+	for _, raw := range r.raws[1:] {
+		require.NoError(t, raw.Set(t.Context(), key, "someone-else", time.Minute).Err())
+	}
+	_, err := r.c.TryAcquire(t.Context(), key, time.Minute, padlock.WithMinHold(time.Minute))
+	require.ErrorIs(t, err, padlock.ErrNotAcquired)
+	assert.Zero(t, r.raws[0].Exists(t.Context(), key).Val(), "the minority undone, minimum or not")
+}
+
+// Bad input: a minimum of zero or less, longer than the maximum, on a
+// multi-key lock or a key that cannot have side keys is ErrInvalid, and
+// nothing is taken.
+func TestWithMinHoldBadInput(t *testing.T) {
+	e := newMini(t)
+	for _, opts := range [][]padlock.Option{
+		{padlock.WithMinHold(0)},
+		{padlock.WithMinHold(-time.Second)},
+		{padlock.WithMinHold(2 * time.Second), padlock.WithMaxHold(time.Second)},
+	} {
+		_, err := e.c.TryAcquire(e.ctx, e.key, time.Second, opts...)
+		require.ErrorIs(t, err, padlock.ErrInvalid)
+		assert.False(t, e.mr.Exists(e.key), "nothing taken")
+	}
+	_, err := e.c.TryAcquire(e.ctx, "lock:{a", time.Second, padlock.WithMinHold(time.Second))
+	require.ErrorIs(t, err, padlock.ErrInvalid)
+	_, err = e.c.TryAcquireMany(e.ctx, []string{e.key, e.key + "2"}, time.Second, padlock.WithMinHold(time.Second))
+	require.ErrorIs(t, err, padlock.ErrInvalid)
+	assert.Empty(t, e.mr.Keys(), "nothing taken")
+	l, err := e.c.TryAcquire(e.ctx, e.key, time.Second, padlock.WithMinHold(time.Second), padlock.WithMaxHold(time.Second))
+	require.NoError(t, err, "a minimum equal to the maximum")
+	require.NoError(t, l.Release(e.ctx))
+}
