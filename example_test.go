@@ -571,3 +571,29 @@ func ExampleWithMaxHold() {
 	// lost: true
 	// held for its maximum: true
 }
+
+// At most once per interval: every instance runs TryDo on its own tick,
+// and the job runs on one of them once a day. The release at the end of
+// the first run leaves the lock held until 23 hours after it was taken,
+// so the ticks in between find it held.
+func ExampleWithMinHold() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := padlock.New(rdb)
+	defer locks.Close()
+
+	report := func(context.Context) error {
+		fmt.Println("report sent")
+		return nil
+	}
+	for tick := range 3 { // stands for an hourly tick on several instances
+		err := locks.TryDo(context.Background(), "lock:report", 10*time.Minute, report, padlock.WithMinHold(23*time.Hour))
+		if errors.Is(err, padlock.ErrNotAcquired) {
+			fmt.Println("tick", tick, "skipped: already done today")
+		}
+	}
+	// Output:
+	// report sent
+	// tick 1 skipped: already done today
+	// tick 2 skipped: already done today
+}

@@ -3,6 +3,7 @@ package padlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/redistest"
 )
 
 // WithMaxHold(2s) with a 600ms ttl, kept alive: renewing stops 2s after
@@ -306,4 +308,32 @@ func TestWithMinHoldBadInput(t *testing.T) {
 	l, err := e.c.TryAcquire(e.ctx, e.key, time.Second, padlock.WithMinHold(time.Second), padlock.WithMaxHold(time.Second))
 	require.NoError(t, err, "a minimum equal to the maximum")
 	require.NoError(t, l.Release(e.ctx))
+}
+
+// At most once per interval holds as long as Redis keeps its data: after a
+// restart without persistence the minimum is gone and the job runs again;
+// with appendfsync always it is kept.
+func TestMinHoldAcrossRestarts(t *testing.T) {
+	for _, aof := range []bool{false, true} {
+		t.Run(fmt.Sprintf("aof=%v", aof), func(t *testing.T) {
+			t.Parallel()
+			var sopts []redistest.Option
+			if aof {
+				sopts = append(sopts, redistest.WithAOF())
+			}
+			e := newReal(t, sopts)
+			runs := 0
+			job := func(context.Context) error { runs++; return nil }
+			require.NoError(t, e.c.TryDo(e.ctx, e.key, time.Minute, job, padlock.WithMinHold(time.Hour)))
+			e.srv.Restart()
+			err := e.c.TryDo(e.ctx, e.key, time.Minute, job, padlock.WithMinHold(time.Hour))
+			if aof {
+				require.ErrorIs(t, err, padlock.ErrNotAcquired)
+				assert.Equal(t, 1, runs, "kept across the restart")
+			} else {
+				require.NoError(t, err)
+				assert.Equal(t, 2, runs, "the minimum was lost with the data: the job ran again")
+			}
+		})
+	}
 }

@@ -192,23 +192,25 @@ type lockFlags struct {
 	fence    *bool
 	limit    *int
 	metadata *string
+	minHold  *time.Duration
 }
 
-// addLockFlags adds -wait, -fence, -limit and -metadata to fs.
+// addLockFlags adds -wait, -fence, -limit, -metadata and -min-hold to fs.
 func addLockFlags(fs *flag.FlagSet) lockFlags {
 	return lockFlags{
 		wait:     fs.Duration("wait", 0, "how long to wait for the lock; 0 tries once"),
 		fence:    fs.Bool("fence", false, "take a fencing token (PADLOCK_FENCE)"),
 		limit:    fs.Int("limit", 0, "take one of N places of a semaphore on KEY (0: an exclusive lock)"),
 		metadata: fs.String("metadata", defaultMetadata(), "stored with the lock; shown by 'padlock inspect'"),
+		minHold:  fs.Duration("min-hold", 0, "keep the lock at least this long after it was taken, even once released: at most one run per interval (0: none)"),
 	}
 }
 
 // options returns the acquire options the flags ask for; false, having
 // said why on stderr, if a flag is out of range.
 func (f lockFlags) options(verb string, stderr io.Writer) ([]padlock.Option, bool) {
-	if *f.wait < 0 || *f.limit < 0 {
-		fmt.Fprintf(stderr, "padlock %s: -wait and -limit cannot be negative\n", verb)
+	if *f.wait < 0 || *f.limit < 0 || *f.minHold < 0 {
+		fmt.Fprintf(stderr, "padlock %s: -wait, -limit and -min-hold cannot be negative\n", verb)
 		return nil, false
 	}
 	opts := []padlock.Option{padlock.WithMetadata(*f.metadata)}
@@ -217,6 +219,9 @@ func (f lockFlags) options(verb string, stderr io.Writer) ([]padlock.Option, boo
 	}
 	if *f.fence {
 		opts = append(opts, padlock.WithFencing())
+	}
+	if *f.minHold > 0 {
+		opts = append(opts, padlock.WithMinHold(*f.minHold))
 	}
 	return opts, true
 }

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -535,5 +536,43 @@ func TestRunMaxHold(t *testing.T) {
 	assert.Less(t, r.took, 3*time.Second, "ended after about 1s + ttl, not 5s")
 	assert.GreaterOrEqual(t, r.took, time.Second)
 	r = padlockRun(t, s.url, "run", "-max-hold", "-1s", "lock:capped", "--", "true")
+	assert.Equal(t, exitUsage, r.code)
+}
+
+// -min-hold gives "at most once per interval": 5 processes each run the
+// command every 100ms for 3s, and it runs once a second in all. With
+// padlock acquire, a release under the minimum leaves the lock held.
+func TestRunMinHold(t *testing.T) {
+	s := startRedis(t)
+	out := filepath.Join(t.TempDir(), "runs")
+	end := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				r := padlockRun(t, s.url, "run", "-min-hold", "1s", "lock:once", "--", "sh", "-c", "echo ran >> "+out)
+				if r.code != 0 && r.code != exitConflict {
+					t.Errorf("padlock run: %d: %s", r.code, r.stderr)
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	runs := strings.Count(string(b), "ran\n")
+	assert.True(t, runs == 3 || runs == 4, "once a second for 3s, not on every tick: %d runs", runs)
+
+	r := padlockRun(t, s.url, "acquire", "-min-hold", "1m", "lock:kept")
+	require.Equal(t, 0, r.code, r.stderr)
+	token := strings.Trim(strings.TrimPrefix(strings.Split(r.stdout, "\n")[1], "export PADLOCK_TOKEN="), "'")
+	r = padlockRun(t, s.url, "release", "-token", token, "lock:kept")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = padlockRun(t, s.url, "inspect", "lock:kept")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, token, "held by its token until the minimum")
+	r = padlockRun(t, s.url, "run", "-min-hold", "-1s", "lock:once", "--", "true")
 	assert.Equal(t, exitUsage, r.code)
 }
