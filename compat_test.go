@@ -162,6 +162,25 @@ func everyOperation(t *testing.T, s *matrixServer, newRDB func() *redis.Client) 
 		require.ErrorIs(t, l.Release(ctx), padlock.ErrNotHeld)
 	})
 
+	t.Run("a release under a minimum keeps the key until then", func(t *testing.T) {
+		semaphore := []padlock.Option{padlock.WithLimit(1)}
+		for i, kind := range []struct{ hold, wait []padlock.Option }{{nil, nil}, {semaphore, semaphore}, {[]padlock.Option{padlock.WithShared()}, nil}} {
+			k := key + ":min" + strconv.Itoa(i)
+			l, err := a.TryAcquire(ctx, k, 10*time.Second, append(kind.hold, padlock.WithMinHold(400*time.Millisecond))...)
+			require.NoError(t, err)
+			require.NoError(t, l.Release(ctx))
+			info, err := b.Inspect(ctx, k)
+			require.NoError(t, err)
+			require.True(t, info.Held, "kept for its minimum")
+			assert.LessOrEqual(t, info.TTL, 400*time.Millisecond)
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			w, err := b.Acquire(wctx, k, time.Second, kind.wait...)
+			cancel()
+			require.NoError(t, err, "served at the minimum")
+			require.NoError(t, w.Release(ctx))
+		}
+	})
+
 	t.Run("a waiter in another client is woken by the release", func(t *testing.T) {
 		k := key + ":wake"
 		held, err := a.TryAcquire(ctx, k, 30*time.Second)
@@ -469,6 +488,9 @@ func onlyKeysBeginningWithTheLock(t *testing.T, s *matrixServer) {
 		require.NoError(t, h.Extend(ctx, 2*time.Second), tt.key)
 		require.NoError(t, h.Release(ctx), tt.key)
 	}
+	mh, err := a.TryAcquire(ctx, key, time.Second, padlock.WithMinHold(time.Millisecond))
+	require.NoError(t, err)
+	require.NoError(t, mh.Release(ctx))
 	m, err := a.TryAcquireMany(ctx, []string{key + "{m}:1", key + "{m}:2"}, time.Second)
 	require.NoError(t, err)
 	require.NoError(t, m.Extend(ctx, 2*time.Second))
@@ -494,7 +516,7 @@ func onlyKeysBeginningWithTheLock(t *testing.T, s *matrixServer) {
 	}
 	slices.Sort(keys)
 	t.Logf("keys written: %v", keys)
-	for _, want := range []string{key, fenceKey(key), key + ":{" + key + "}:queue", key + "{m}:1",
+	for _, want := range []string{key, fenceKey(key), key + ":{" + key + "}:queue", key + ":{" + key + "}:mins", key + "{m}:1",
 		sem, sem + ":{" + sem + "}:queue", sem + ":{" + sem + "}:limit", sem + ":{" + sem + "}:fences", fenceKey(sem),
 		rw, rw + ":{" + rw + "}:shared", rw + ":{" + rw + "}:fences", rw + ":{" + rw + "}:queue"} {
 		assert.True(t, written[want], "%s was written (the watch sees writes)", want)
