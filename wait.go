@@ -344,8 +344,11 @@ func (l *Lock) releaseQueued(ctx context.Context, r doer, bg, undo bool) (int64,
 	var res any
 	var err error
 	flags := "" // see lua/release.lua
-	if undo {
+	switch {
+	case undo:
 		flags = "u"
+	case l.mins() != "":
+		flags = "m"
 	}
 	if l.counted() != nil {
 		args := append([]any{l.value, l.kind(), c.notify.id, life, flags}, regs...)

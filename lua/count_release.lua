@@ -1,8 +1,8 @@
 -- count_release.lua: a holder of a semaphore or a shared hold leaves (see
 -- grant.lua): KEYS[1] the key, KEYS[2] its queue; ARGV[1] the holder's
 -- value, ARGV[2] 's' (shared) or 'n' (semaphore), ARGV[3] the releasing
--- client, ARGV[4] how long a ticket lives (ms), ARGV[5] 'u' to undo an
--- acquire (leave even before the minimum) or '', then waiters to queue
+-- client, ARGV[4] how long a ticket lives (ms), ARGV[5] flags as in
+-- release.lua ('m' may be held for a minimum, 'u' undo), then waiters to queue
 -- first, as in release.lua. It serves the queue. A holder kept for its
 -- minimum (see token.lua) stays until the minimum ends instead.
 -- Returns {1, grants...} (with hints, as release.lua's) if the value was a
@@ -16,7 +16,7 @@ local H = holders(K, P, kind)
 local score = redis.call('ZSCORE', H, ARGV[1])
 if not score then return {0} end
 local keep = 0
-if ARGV[5] ~= 'u' then keep = keptFor(P .. 'mins', tokenOf(ARGV[1])) end
+if ARGV[5] == 'm' then keep = keptFor(P .. 'mins', tokenOf(ARGV[1])) end
 if keep > 0 then
   redis.call('ZADD', H, t + keep, ARGV[1])
 else

@@ -3,7 +3,9 @@
 -- same for every key); ARGV[1] its value, ARGV[2] the releasing client,
 -- ARGV[3] how long a ticket lives (ms), ARGV[4] flags: 'f' for a lock
 -- taken with a fence (its record goes too: see token.lua's recordFence),
--- 'u' to undo an acquire (free the key even before its minimum); then
+-- 'm' for one that may be held for a minimum (see token.lua: taken with
+-- one, or by a chosen token), 'u' to undo an acquire (free the key even
+-- before its minimum); then
 -- pairs of token and ticket (see grant.lua's parse) of the client's
 -- waiters for the key that no call has queued yet: they are queued first,
 -- unless they left meanwhile.
@@ -20,20 +22,20 @@
 --
 -- The common case, nobody waiting, comes before grant.lua's functions
 -- (inserted at the marker), which would otherwise be built on every call.
-local tok, fenced, undo = tokenOf(ARGV[1]), string.find(ARGV[4], 'f'), string.find(ARGV[4], 'u')
+local fenced, kept = false, false
+if ARGV[4] ~= '' then fenced, kept = string.find(ARGV[4], 'f'), string.find(ARGV[4], 'm') and not string.find(ARGV[4], 'u') end
 local n, all = 0, true
 for i = 1, #KEYS, 2 do
   local v = redis.call('GET', KEYS[i])
   if sameToken(v, ARGV[1]) then
-    local P = string.sub(KEYS[i + 1], 1, -6)
-    local keep = 0
-    if not undo then keep = keptFor(P .. 'mins', tok) end
+    local P, keep = string.sub(KEYS[i + 1], 1, -6), 0
+    if kept then keep = keptFor(P .. 'mins', tokenOf(v)) end
     if keep > 0 then
       redis.call('PEXPIRE', KEYS[i], keep)
       if fenced then redis.call('PEXPIRE', P .. 'fences', keep) end
     else
       redis.call('DEL', KEYS[i])
-      if fenced then redis.call('HDEL', P .. 'fences', tok) end
+      if fenced then redis.call('HDEL', P .. 'fences', tokenOf(v)) end
     end
     n = n + 1
   else
