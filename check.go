@@ -62,7 +62,7 @@ func (r Report) HasDanger() bool {
 // holds its zero value.
 type NodeInfo struct {
 	Addr            string   // host:port
-	Server          string   // "redis" or "valkey"
+	Server          string   // "redis", "valkey", or "miniredis" (a test server in the process)
 	Version         string   // the server's own version ("8.0.1" for Valkey 8.0.1)
 	Role            string   // "master" or "replica"
 	Replicas        int      // replicas connected to it
@@ -216,6 +216,17 @@ func (c *Client) checkNodes(ctx context.Context) ([]*redis.Client, error) {
 	return out, nil
 }
 
+// isTestServer reports whether rdb is miniredis, an in-process test server
+// (padlocktest's, the demo's), whose INFO (which answered err) has no
+// server section.
+func isTestServer(ctx context.Context, rdb *redis.Client, err error) bool {
+	if err != nil {
+		return false
+	}
+	err = rdb.Info(ctx, "server").Err()
+	return err != nil && strings.Contains(err.Error(), "section (server) is not supported")
+}
+
 // readNode reads what Check reports of one node: INFO, and CONFIG GET
 // appendfsync.
 func readNode(ctx context.Context, rdb *redis.Client) NodeInfo {
@@ -251,6 +262,8 @@ func readNode(ctx context.Context, rdb *redis.Client) NodeInfo {
 		var major int
 		_, _ = fmt.Sscanf(v, "%d.", &major)
 		n.ShardedPubSub = major >= 7 // Valkey reports the Redis version it is compatible with, 7.2 or later
+	} else if isTestServer(ctx, rdb, err) {
+		n.Server = "miniredis"
 	} else {
 		n.NotChecked = append(n.NotChecked, "server")
 	}
@@ -307,6 +320,10 @@ func (c *Client) nodeFindings(n NodeInfo) []Finding {
 			sev = Warning // a Redlock survives a minority; the quorum is checked apart
 		}
 		add(sev, "server", fmt.Sprintf("the node cannot be reached: %v", n.Err), "check the address, the network and that the server runs")
+		return fs
+	}
+	if n.Server == "miniredis" {
+		add(Info, "server", "a test server in this process (miniredis, as padlocktest and padlock demo run): its locks are for tests; its settings are not checked", "")
 		return fs
 	}
 	if len(n.NotChecked) > 0 {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/fipsoff"
 	"github.com/padlock-go/padlock/internal/redistest"
 )
 
@@ -71,7 +72,7 @@ type env struct {
 func newMini(t testing.TB, opts ...padlock.Option) *env {
 	t.Helper()
 	var mr *miniredis.Miniredis
-	unenforced(func() { mr = miniredis.RunT(t) })
+	fipsoff.Run(func() { mr = miniredis.RunT(t) })
 	return newEnv(t, mr.Addr(), mr, nil, opts)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/fipsoff"
 )
 
 // fencedWrite stores ARGV[2] in the hash KEYS[1] if the fence ARGV[1] is
@@ -48,7 +49,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *redisURL == "" {
 		mr := miniredis.NewMiniRedis()
 		var err error
-		unenforced(func() { err = mr.StartAddr("127.0.0.1:0") })
+		fipsoff.Run(func() { err = mr.StartAddr("127.0.0.1:0") })
 		if err != nil {
 			fmt.Fprintf(stderr, "padlock demo: start embedded Redis: %v\n", err)
 			return 1

@@ -19,6 +19,7 @@ type Proxy struct {
 
 	latency   atomic.Int64 // nanoseconds added to every chunk, both ways
 	blackhole atomic.Bool  // swallow everything, answer nothing
+	down      atomic.Bool  // close every connection at once, as a server that is down
 	dropReply atomic.Int32 // replies still to drop, each followed by a cut
 	next      atomic.Int64 // the number of the next connection accepted
 	frozen    atomic.Int64 // connections numbered below it swallow everything
@@ -59,6 +60,15 @@ func (p *Proxy) DropNextReply() { p.dropReply.Add(1) }
 // word would; connections opened later forward as before.
 func (p *Proxy) FreezeOpen() { p.frozen.Store(p.next.Load()) }
 
+// SetDown makes the proxy act as a server that is down (on): it closes
+// every open connection and each new one at once; or forward again (off).
+func (p *Proxy) SetDown(on bool) {
+	p.down.Store(on)
+	if on {
+		p.CutAll()
+	}
+}
+
 // CutAll closes every open connection; new ones are still accepted.
 func (p *Proxy) CutAll() {
 	p.mu.Lock()
@@ -92,6 +102,10 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
+		if p.down.Load() {
+			_ = client.Close()
+			continue
+		}
 		server, err := net.Dial("tcp", p.target)
 		if err != nil {
 			_ = client.Close()
@@ -99,6 +113,13 @@ func (p *Proxy) accept() {
 		}
 		p.track(client, true)
 		p.track(server, true)
+		if p.down.Load() { // went down while this one was being dialled
+			p.track(client, false)
+			p.track(server, false)
+			_ = client.Close()
+			_ = server.Close()
+			continue
+		}
 		id := p.next.Add(1) - 1
 		p.wg.Go(func() {
 			p.pipe(client, server, false, id)
