@@ -420,7 +420,7 @@ func ExampleClient_Check() {
 
 	// Output:
 	// cycle: inspect acquire extend ttl wait fence release inspect
-	// info [settings]: not checked: server, replication, persistence, memory, cluster, appendfsync (INFO or CONFIG GET refused to this user, or unknown to the server)
+	// info [server]: a test server in this process (miniredis, as padlocktest and padlock demo run): its locks are for tests; its settings are not checked
 	// safe for locks: true
 }
 
