@@ -252,7 +252,7 @@ func (c *Client) Observe(ctx context.Context, key string) <-chan LeaderInfo {
 			}
 			signal(events)
 			if err != nil {
-				_ = sleep(ctx, key, observeRetry) // ends early with ctx
+				_ = sleep(ctx, observeRetry) // ends early with ctx
 			}
 		}
 	}()
@@ -347,7 +347,7 @@ func (c *Client) Lead(ctx context.Context, key string, ttl time.Duration, value 
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrUnsupported), errors.Is(err, ErrClosed):
 			return err
 		case err != nil:
-			if sleep(ctx, key, defaultBackoff(attempt)) != nil {
+			if sleep(ctx, defaultBackoff(attempt)) != nil {
 				return ctx.Err()
 			}
 			continue

@@ -142,7 +142,7 @@ func (c *Client) followSlot(ctx context.Context, key, addr string, moved error) 
 		if node, err := rdb.MasterForKey(ctx, key); err == nil && (node.Options().Addr == addr || node.Options().Addr != was) {
 			return nil
 		}
-		if sleep(ctx, key, 20*time.Millisecond) != nil {
+		if sleep(ctx, 20*time.Millisecond) != nil {
 			return fmt.Errorf("the Cluster's slot map still names %s as %q's master: %w", was, key, moved)
 		}
 	}

@@ -1,0 +1,338 @@
+package padlock
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// TryAcquire makes one attempt to take the lock key for ttl, in one round
+// trip. It does not wait.
+//
+// On success it returns the Lock, which the caller must Release (or let
+// expire). If another holder has the lock, it returns an error that matches
+// ErrNotAcquired; so it does if the reply came back so late that less than
+// a tenth of the ttl was left of the lock's validity (see Deadline): such a
+// lock is released, never handed out. Bad input returns ErrInvalid without touching Redis; a
+// Redis or context error is returned wrapped, never as ErrNotAcquired. A
+// failed call never leaves the lock held: when the outcome of the attempt is
+// unknown (a lost reply), TryAcquire deletes what it may have taken before
+// returning (unless the token was chosen with WithToken: see there).
+//
+// ttl is rounded up to whole milliseconds, the resolution Redis keeps.
+func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	l, _, err := c.newLock(ctx, key, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	if l.observer() != nil {
+		return observeAcquire(ctx, l, false, c.tryAcquire)
+	}
+	return c.tryAcquire(ctx, l)
+}
+
+// tryAcquire is TryAcquire (and TryAcquireMany) once l is built.
+func (c *Client) tryAcquire(ctx context.Context, l *Lock) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, opError("acquire", l.lockName(), err)
+	}
+	if _, err := c.attempt(ctx, l); err != nil {
+		if err == ErrNotAcquired {
+			if m := l.multi(); m != nil {
+				return nil, fmt.Errorf("%w: one of %q is held", ErrNotAcquired, m)
+			}
+			return nil, fmt.Errorf("%w: %q is held", ErrNotAcquired, l.key)
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+// lockName is how errors name l: its key, or its keys.
+func (l *Lock) lockName() any {
+	if m := l.multi(); m != nil {
+		return m
+	}
+	return l.key
+}
+
+// Acquire takes the lock key for ttl, waiting while someone else holds it,
+// until it succeeds or ctx is done. It blocks.
+//
+// It does not poll: it queues behind earlier waiters (of this Client, and
+// of other Clients through Redis), and the release that ends the wait sets
+// the lock for it in the same round trip (see the package documentation;
+// the returned Lock's Deadline counts from before that release). Redis is
+// the truth: a key freed by anything else (a DEL by hand, another
+// library's release, eviction, a shortened or missing TTL) is noticed
+// within a ticket renewal (2.5s for a ttl of 5s or more, ttl/2 below) by
+// its Client, which serves the queue. It also looks when the holder's lock
+// expires, and, with notifications off (WithoutNotifications) or on
+// Redlock, after the backoff (WithBackoff). If ctx ends just as the
+// lock is handed to it, it passes the lock on to the next waiter and
+// returns the ctx error. The same token is used for every attempt (unless
+// its ticket lapsed while it waited: it queues again under a new one), so
+// an attempt whose reply was lost and is tried again finds its own lock
+// and succeeds.
+//
+// On success it returns the Lock. When ctx ends while it waits for another
+// holder, it returns an error that matches both ErrNotAcquired and
+// ctx.Err(); when the Client is closed, one that matches ErrClosed. Bad input returns ErrInvalid; a Redis error (or ctx ending
+// before any attempt found the lock held) ends the call at once and is
+// returned wrapped, never as ErrNotAcquired: an outage is not contention. A
+// failed call never leaves the lock held (unless the token was chosen with
+// WithToken: see there).
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	l, o, err := c.newLock(ctx, key, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.acquireObserved(ctx, l, o)
+}
+
+// acquireObserved is acquireWaiting, between the observer's calls if l has
+// an observer.
+func (c *Client) acquireObserved(ctx context.Context, l *Lock, o options) (*Lock, error) {
+	if l.observer() == nil {
+		return c.acquireWaiting(ctx, l, o)
+	}
+	return observeAcquire(ctx, l, true, func(ctx context.Context, l *Lock) (*Lock, error) {
+		return c.acquireWaiting(ctx, l, o)
+	})
+}
+
+// notAcquired is Acquire's error when ctx ended first: it matches
+// ErrNotAcquired, ctx.Err() and, if ctx has one, its cause.
+func notAcquired(ctx context.Context, key string) error {
+	return waitError(ctx, fmt.Errorf("%w: %q held by another holder when last looked at", ErrNotAcquired, key))
+}
+
+// waitError is err, which says why a wait ended without the lock, joined
+// with ctx's error and cause.
+func waitError(ctx context.Context, err error) error {
+	err = fmt.Errorf("%w: %w", err, ctx.Err())
+	if cause := context.Cause(ctx); cause != ctx.Err() {
+		err = errors.Join(err, cause)
+	}
+	return err
+}
+
+// newLock checks the arguments of an acquire call and builds the Lock it
+// would return, with a fresh token. It makes no round trip.
+func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opts []Option) (*Lock, options, error) {
+	o := c.defaults()
+	if len(opts) > 0 {
+		o = o.with(opts)
+	}
+	ttl, err := c.check(ctx, key, ttl)
+	if err != nil {
+		return nil, o, err
+	}
+	if err := o.checkHold(key); err != nil {
+		return nil, o, err
+	}
+	if err := o.checkReplicas(); err != nil {
+		return nil, o, err
+	}
+	if err := c.checkRedlock(o); err != nil {
+		return nil, o, err
+	}
+	l := &Lock{c: c, key: key, ttl: ttl}
+	if o.replicas > 0 || o.obs != nil || o.maxHoldSet || o.minHoldSet {
+		l.x = &lockExtra{replicas: o.replicas, replicaTimeout: o.replicaTimeout, obs: o.obs, maxHold: o.maxHold, minHold: o.minHold}
+	}
+	l.keys[0] = key
+	if o.fencing && !queueable(key) {
+		return nil, o, fmt.Errorf("%w: fencing needs a key with a hash tag or without braces, got %q", ErrInvalid, key)
+	}
+	if queueable(key) {
+		if c.nodes == nil { // a Redlock's waiters queue only in their Client
+			l.keys[1] = sideKey(key, "queue")
+		}
+		if o.fencing {
+			l.keys[2] = sideKey(key, "fence")
+		}
+		if o.fencing || o.minHoldSet || o.tokenSet {
+			l.keys[3] = sideKey(key, "mins") // a minimum it takes, or its token may hold with
+		}
+	}
+	l.value = o.tokenPrefix + newToken()
+	if o.tokenSet {
+		if err := checkToken(o.token); err != nil {
+			return nil, o, err
+		}
+		l.value = o.token
+		if l.x == nil {
+			l.x = &lockExtra{}
+		}
+		l.x.chosen = true
+	}
+	if o.metadata != "" {
+		l.value += " " + o.metadata
+	}
+	if o.limitSet || o.shared {
+		if err := c.newCounting(l, o); err != nil {
+			return nil, o, err
+		}
+	}
+	// The script arguments, boxed once for every call of this lock.
+	l.args[0], l.args[1] = l.value, c.ttlArg(ttl)
+	var key0 any = key
+	tk := l.tryKeys()
+	l.acqCmd = make([]any, 0, 3+len(tk)+3)
+	l.acqCmd = append(l.acqCmd, "evalsha", acquireScript.digest(), numKeys[len(tk)], key0)
+	for _, k := range tk[1:] {
+		l.acqCmd = append(l.acqCmd, k)
+	}
+	l.acqCmd = append(l.acqCmd, l.args[0], l.args[1])
+	if o.minHoldSet {
+		l.acqCmd = append(l.acqCmd, o.minHold.Milliseconds())
+	}
+	return l, o, nil
+}
+
+// newToken returns a random UUIDv4 string: 122 random bits from
+// crypto/rand.
+func newToken() string {
+	var u uuid.UUID
+	_, _ = rand.Read(u[:])  // never fails, and always fills u
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+	return u.String()
+}
+
+// attempt runs the acquire script once for l. On success it records the
+// fence and the send time in l and returns nil. When someone else holds the
+// lock it returns ErrNotAcquired and the holder's remaining ttl (negative
+// if unknown). Any other error is wrapped; if the script may have run, the
+// lock is released again before attempt returns.
+func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
+	if l.counted() != nil {
+		return c.tryQueued(ctx, l)
+	}
+	if c.nodes != nil {
+		return c.redlockAttempt(ctx, l)
+	}
+	var sent time.Time
+	var n int64
+	conn, err := l.onWriter(ctx, func(r doer) (err error) {
+		sent = time.Now()
+		n, err = l.acquireOn(ctx, r)
+		return err
+	})
+	if conn != nil {
+		defer conn.Close()
+	}
+	if err != nil {
+		if mayHaveRun(err) {
+			l.undo(ctx)
+		}
+		return 0, opError("acquire", l.key, err)
+	}
+	if n < 0 {
+		return time.Duration(-2-n) * time.Millisecond, ErrNotAcquired
+	}
+	if conn != nil {
+		if err := l.replicated(ctx, conn); err != nil {
+			l.cleanup(ctx)
+			return 0, err
+		}
+	}
+	return 0, l.acquired(ctx, sent, n)
+}
+
+// minValidity is the share of its ttl that a lock must have left, by its
+// local deadline, when the acquire's reply arrives; a lock that comes back
+// with less (the round trip took most of the ttl) is released, not handed
+// out.
+const minValidity = 10 // percent
+
+// acquired records a successful acquire sent at sent with fence fence. If
+// the reply came so late that the lock's validity is (nearly) gone, it
+// releases the lock and returns an error matching ErrNotAcquired.
+func (l *Lock) acquired(ctx context.Context, sent time.Time, fence int64) error {
+	l.mu.Lock()
+	l.fence, l.sent = fence, sent
+	l.took(sent)
+	left := time.Until(l.deadline())
+	if left >= l.ttl*minValidity/100 && l.c.nodes == nil {
+		// Done with: let a long-held lock be smaller. (A waiter whose
+		// lock came too late attempts again with it; a Redlock node that
+		// has not answered yet may still be sending it.)
+		l.acqCmd = nil
+	}
+	l.mu.Unlock()
+	if left < l.ttl*minValidity/100 {
+		what := "left to its token" // see undo
+		if l.undo(ctx) {
+			what = "released"
+		}
+		return fmt.Errorf("%w: %q: taken with only %v of its %v ttl left (the round trip took %v); %s",
+			ErrNotAcquired, l.key, max(left, 0), l.ttl, time.Since(sent).Round(time.Millisecond), what)
+	}
+	return nil
+}
+
+// mayHaveRun reports whether a call that failed with err may still have
+// run in Redis: not if Redis answered with an error (padlock's scripts and
+// SET fail before their first write, if at all), nor if no connection could
+// be made; otherwise (a timeout, a lost reply, a cancelled context) it may.
+func mayHaveRun(err error) bool {
+	if isRedisError(err) {
+		return false
+	}
+	var nerr *net.OpError
+	return !errors.As(err, &nerr) || nerr.Op != "dial"
+}
+
+// isRedisError reports whether err is an error reply from Redis.
+func isRedisError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
+// attemptWith runs one acquire attempt of l through run, a script that
+// replies {1, fence} when l is acquired and {0, ms} when not (wait.lua,
+// count.lua), on l's writer. It returns like attempt: on success it
+// records the acquire (waiting for replicas with WithReplicas); when not
+// acquired, ErrNotAcquired and the script's ms. When the outcome is
+// unknown (a lost reply) it releases what it may have taken.
+func (l *Lock) attemptWith(ctx context.Context, run func(r doer) *redis.Cmd) (time.Duration, error) {
+	var sent time.Time
+	var reply []any
+	conn, err := l.onWriter(ctx, func(r doer) (err error) {
+		sent = time.Now()
+		reply, err = run(r).Slice()
+		return err
+	})
+	if conn != nil {
+		defer conn.Close()
+	}
+	if err == nil && len(reply) < 2 {
+		err = fmt.Errorf("unexpected reply %v", reply)
+	}
+	if err != nil {
+		if mayHaveRun(err) {
+			l.undo(ctx)
+		}
+		return 0, opError("acquire", l.key, err)
+	}
+	code, _ := reply[0].(int64)
+	n, _ := reply[1].(int64)
+	if code == 1 {
+		if conn != nil {
+			if err := l.replicated(ctx, conn); err != nil {
+				l.cleanup(ctx)
+				return 0, err
+			}
+		}
+		return -1, l.acquired(ctx, sent, n)
+	}
+	return time.Duration(n) * time.Millisecond, ErrNotAcquired
+}

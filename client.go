@@ -1,0 +1,176 @@
+package padlock
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// cleanupTimeout bounds the round trips padlock makes on a caller's behalf
+// after the caller's own context may have ended: undoing an acquire whose
+// outcome is unknown, and releasing the lock at the end of Do. When the
+// caller's context has already ended, undoing an acquire gets only
+// lateCleanupTimeout, so that Acquire returns close to its deadline; if
+// Redis cannot answer that fast, the lock's ttl frees it.
+const (
+	cleanupTimeout     = 2 * time.Second
+	lateCleanupTimeout = 100 * time.Millisecond
+)
+
+// A Client takes locks in one Redis deployment. It is safe for concurrent
+// use. New starts no goroutine; the Client starts its background work as
+// it is needed (renewals, the pub/sub connections of waiters, observer
+// callbacks), and Close ends it.
+type Client struct {
+	rdb       redis.UniversalClient
+	lastTTL   atomic.Pointer[boxedTTL]
+	opts      options
+	notify    notifier
+	sched     scheduler
+	nodes     []redis.UniversalClient // a Redlock's primaries (NewRedlock), or nil
+	refused   error                   // what every call returns, for a client padlock cannot run on (a Ring), or nil
+	calls     dispatcher              // runs the observer's funcs for the background work (see observe)
+	nodeCalls tracker                 // calls to Redlock nodes not waited for (see onNodes)
+	observers tracker                 // Observe's goroutines
+	life      context.Context         // done once Close is called: ends every Observe
+	end       context.CancelFunc      // ends life
+}
+
+// New returns a Client that takes locks through rdb: a *redis.Client, a
+// *redis.ClusterClient or a failover client. The options set the Client's
+// defaults; options passed to a single call override them.
+//
+// New does not contact Redis and starts no goroutine. A nil rdb is not a
+// panic: every call on the returned Client fails with ErrInvalid. A
+// *redis.Ring is refused the same way, with ErrUnsupported: a Ring routes
+// a script by its first key and moves keys to another shard when one fails
+// a health check, so a lock could be held on two shards at once. Use a
+// Cluster, or NewRedlock over the shards.
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	c := &Client{opts: defaultOptions().with(opts)}
+	c.life, c.end = context.WithCancel(context.Background())
+	c.sched.c = c
+	c.notify.id = newToken()[:8]
+	c.notify.quiet = pubsubQuiet
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		// On a Cluster a Client listens with plain pub/sub (see groupOn):
+		// its id says so to the scripts that tell it of a grant.
+		c.notify.id += plainID
+		c.notify.sharded = -1
+	}
+	if !isNil(rdb) {
+		c.rdb = rdb
+	}
+	if isRing(rdb) {
+		c.refused = errRing
+	}
+	return c
+}
+
+// plainID ends the id of a Client that listens with plain pub/sub (see
+// lua/grant.lua's tell); an id is otherwise hexadecimal.
+const plainID = "p"
+
+// errRing is what every call on a Client over a *redis.Ring returns.
+var errRing = fmt.Errorf("%w: a *redis.Ring moves keys between shards (a shard that fails a health check hands its keys to another, and a script runs on its first key's shard), so a lock could be held twice; use a *redis.ClusterClient, or NewRedlock over the shards", ErrUnsupported)
+
+func isRing(rdb redis.UniversalClient) bool {
+	_, ok := rdb.(*redis.Ring)
+	return ok
+}
+
+func isNil(rdb redis.UniversalClient) bool {
+	if rdb == nil {
+		return true
+	}
+	v := reflect.ValueOf(rdb)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// ttlArg returns ttl in milliseconds as a script argument. Boxing an
+// int64 allocates; locks of one Client mostly share one ttl, so the last
+// box is kept for the next call.
+func (c *Client) ttlArg(ttl time.Duration) any {
+	ms := ttl.Milliseconds()
+	if b := c.lastTTL.Load(); b != nil && b.ms == ms {
+		return b.arg
+	}
+	b := &boxedTTL{ms: ms, arg: ms}
+	c.lastTTL.Store(b)
+	return b.arg
+}
+
+// boxedTTL is a ttl in milliseconds and the same number as a script
+// argument.
+type boxedTTL struct {
+	ms  int64
+	arg any
+}
+
+func (c *Client) defaults() options {
+	if c == nil {
+		return defaultOptions()
+	}
+	return c.opts
+}
+
+// check validates the arguments every call shares and returns ttl rounded
+// up to whole milliseconds.
+func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time.Duration, error) {
+	switch {
+	case c == nil || c.rdb == nil:
+		return 0, fmt.Errorf("%w: nil redis client", ErrInvalid)
+	case c.refused != nil:
+		return 0, c.refused
+	case ctx == nil:
+		return 0, fmt.Errorf("%w: nil context", ErrInvalid)
+	case key == "":
+		return 0, fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	return roundTTL(ttl)
+}
+
+func roundTTL(ttl time.Duration) (time.Duration, error) {
+	if ttl < time.Millisecond {
+		return 0, fmt.Errorf("%w: ttl %v is under 1ms", ErrInvalid, ttl)
+	}
+	if r := ttl % time.Millisecond; r != 0 {
+		ttl += time.Millisecond - r
+	}
+	return ttl, nil
+}
+
+// sideKey names a key that lives beside key: it begins with key, so that
+// an ACL that admits key's prefix admits it too, and it shares key's Redis
+// Cluster slot: "key:name" when key has a hash tag, and otherwise
+// "key:{key}:name", whose hash tag is the whole key. The fencing counter
+// is sideKey(key, "fence").
+func sideKey(key, name string) string {
+	if hasHashTag(key) {
+		return key + ":" + name
+	}
+	return key + ":{" + key + "}:" + name
+}
+
+// queueable reports whether key can have side keys in its slot (see
+// sideKey): a key without a hash tag but with a '{' or '}' cannot, since
+// the braces of "key:{key}:name" would not enclose the whole key. Such a
+// key cannot be fenced, and its waiters are not queued across clients.
+func queueable(key string) bool {
+	return hasHashTag(key) || !strings.ContainsAny(key, "{}")
+}
+
+// hasHashTag reports whether Redis Cluster hashes only part of key: the
+// part between the first '{' and the first '}' after it, if not empty.
+func hasHashTag(key string) bool {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return false
+	}
+	return strings.IndexByte(key[open+1:], '}') > 0
+}
