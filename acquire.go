@@ -158,7 +158,7 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		if o.fencing {
 			l.keys[2] = sideKey(key, "fence")
 		}
-		if o.fencing || o.minHoldSet || o.tokenSet {
+		if o.minHoldSet || o.tokenSet {
 			l.keys[3] = sideKey(key, "mins") // a minimum it takes, or its token may hold with
 		}
 	}
@@ -191,8 +191,8 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		l.acqCmd = append(l.acqCmd, k)
 	}
 	l.acqCmd = append(l.acqCmd, l.args[0], l.args[1])
-	if o.minHoldSet {
-		l.acqCmd = append(l.acqCmd, o.minHold.Milliseconds())
+	if l.mins() != "" {
+		l.acqCmd = append(l.acqCmd, o.minHold.Milliseconds()) // 0: none, but keep one the token holds with
 	}
 	return l, o, nil
 }

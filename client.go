@@ -174,3 +174,26 @@ func hasHashTag(key string) bool {
 	}
 	return strings.IndexByte(key[open+1:], '}') > 0
 }
+
+// Close ends the Client's background work and waits for its goroutines to
+// exit: every Acquire or Do waiting on it returns ErrClosed, every
+// KeepAlive of its locks ends with cause ErrClosed (renewing stops; the
+// locks stay held in Redis until released or expired), and every Observe
+// of it closes its channel. Releases that could not reach Redis and were
+// being retried in the background (see Lock.Release) are abandoned: those
+// locks expire by their ttl. It does not release any lock and does not
+// close the go-redis client. Later calls that wait or keep alive return
+// ErrClosed; Release still works. Close is idempotent and always returns
+// nil.
+func (c *Client) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.notify.closeAll()
+	c.sched.close()
+	c.calls.wait()
+	c.nodeCalls.close()
+	c.end()
+	c.observers.close()
+	return nil
+}

@@ -2,8 +2,6 @@ package padlock
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -19,14 +17,17 @@ func (l *Lock) queued() bool { return l.keys[1] != "" }
 func (l *Lock) fenced() bool { return l.keys[2] != "" }
 
 // mins is the name of the hash of l's key's minimums (see WithMinHold),
-// when l takes a minimum, is fenced or has a chosen token (which may hold
-// with a minimum), else "".
+// when l takes a minimum or has a chosen token (which may hold with one),
+// else "". A script is given it only then: a key that does not exist
+// makes a script on several keys fail (TRYAGAIN) while its slot migrates.
 func (l *Lock) mins() string { return l.keys[3] }
 
-// tryKeys are the acquire script's keys: the lock, then (with mins) the
-// hash of minimums, and the fence counter when fenced.
+// tryKeys are the acquire script's keys: the lock, then the hash of
+// minimums (with mins) or its queue, and the fence counter when fenced.
 func (l *Lock) tryKeys() []string {
 	switch {
+	case l.mins() == "" && l.fenced():
+		return l.keys[:3]
 	case l.mins() == "":
 		return l.keys[:1]
 	case l.fenced():
@@ -55,64 +56,6 @@ func (l *Lock) queueKeys() []string {
 		keys = append(keys, k, sideKey(k, "queue"))
 	}
 	return keys
-}
-
-// kind is the lock's kind as the scripts name it (see lua/grant.lua):
-// "x" exclusive, "s" a shared hold, "n" a place of a semaphore, "m" a
-// multi-key lock.
-func (l *Lock) kind() string {
-	switch {
-	case l.multi() != nil:
-		return "m"
-	case l.counted() == nil:
-		return "x"
-	case l.counted().shared:
-		return "s"
-	}
-	return "n"
-}
-
-// ticket is l's ticket as lua/grant.lua's parse reads it: what a release
-// sets for it when its turn comes.
-func (l *Lock) ticket() string {
-	var b strings.Builder
-	limit := 0
-	if k := l.counted(); k != nil {
-		limit = k.limit
-	}
-	var keys []string
-	if l.multi() != nil {
-		keys = l.queueKeys()
-	}
-	b.WriteString(l.kind())
-	for _, n := range []int64{l.ttl.Milliseconds(), l.minHold().Milliseconds(), int64(b2i(l.fenced()))} {
-		b.WriteByte(' ')
-		b.WriteString(strconv.FormatInt(n, 10))
-	}
-	b.WriteByte(' ')
-	b.WriteString(l.c.notify.id)
-	for _, n := range []int{limit, len(l.tok()), len(keys)} {
-		b.WriteByte(' ')
-		b.WriteString(strconv.Itoa(n))
-	}
-	for _, k := range keys {
-		b.WriteByte(' ')
-		b.WriteString(strconv.Itoa(len(k)))
-	}
-	b.WriteByte('\n')
-	b.WriteString(l.tok())
-	for _, k := range keys {
-		b.WriteString(k)
-	}
-	b.WriteString(l.value)
-	return b.String()
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // ticketKey is the name of the ticket of the waiter with token tok for
@@ -167,13 +110,14 @@ func (l *Lock) extendCall(ttl int64) (*luaScript, []string, []any) {
 	if m := l.multi(); m != nil {
 		return extendManyScript, m, []any{l.value, ttl}
 	}
-	switch {
-	case l.mins() == "":
-		return extendScript, l.keys[:1], []any{l.value, ttl}
-	case l.fenced():
-		return extendScript, []string{l.key, l.mins(), l.keys[2] + "s"}, []any{l.value, ttl} // and its fence's record
+	keys, args := l.keys[:1], []any{l.value, ttl}
+	if l.fenced() {
+		keys = []string{l.key, l.keys[2] + "s"} // and its fence's record
 	}
-	return extendScript, []string{l.key, l.mins()}, []any{l.value, ttl}
+	if l.mins() != "" {
+		keys, args = append(keys[:len(keys):len(keys)], l.mins()), append(args, "min")
+	}
+	return extendScript, keys, args
 }
 
 // pttlCall is the script, keys and arguments that read l's remaining ttl.

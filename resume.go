@@ -129,9 +129,7 @@ func (c *Client) Break(ctx context.Context, key string) (LockInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	if len(reply) > 1 {
-		c.deliver(reply[1:], sent, false)
-	}
+	c.deliver(readNews(reply, 1), sent, false)
 	return info, nil
 }
 

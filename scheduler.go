@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The renewal scheduler: one per Client, it renews every lock kept alive
@@ -30,17 +28,19 @@ type scheduler struct {
 	leases   map[*lease]struct{}
 	releases map[*Lock]*pendingRelease // releases to send again
 	inflight *batch                    // the pipeline in flight, if any
-	solo     map[*lease]chan struct{}  // renewals in flight on their own (see renew), closed when done
+	solos    map[*lease]chan struct{}  // renewals in flight on their own (see solo), closed when done
 	soloWG   sync.WaitGroup            // those renewals' goroutines
 	done     chan struct{}             // closed when the goroutine exits; nil while none runs
 	kick     chan struct{}             // wakes the goroutine to look again
 }
 
-// A lease is a lock in the scheduler. Its fields are guarded by the
-// scheduler's mu.
+// A lease is something the scheduler keeps renewed: a held lock, or a
+// waiter's ticket. Its renewer renews it (with the others of its kind) and
+// is told when it lapses. Its fields are guarded by the scheduler's mu.
 type lease struct {
 	l       *Lock
-	w       *waiter       // a waiter's ticket (see wait.go), not a held lock
+	r       renewer
+	every   int           // renewed every ttl/every
 	ttl     time.Duration // the lock's ttl, or the ticket's life
 	sent    time.Time     // when the last successful acquire or extend was sent
 	retryAt time.Time     // after a failed renewal: not before then
@@ -48,14 +48,22 @@ type lease struct {
 	capAt   time.Time     // WithMaxHold: no renewal from then on (zero: none)
 }
 
-// due is when ls is to be renewed: a lock at a third of its ttl, a
-// ticket at half its life.
-func (ls *lease) due() time.Time {
-	if ls.w != nil {
-		return ls.sent.Add(ls.ttl / 2)
-	}
-	return ls.sent.Add(ls.ttl / 3)
+// A renewer renews the leases of one kind: held locks (see keepalive.go),
+// or waiters' tickets (see tickets.go).
+type renewer interface {
+	// renewAll renews leases, due now or soon, in as few round trips as it
+	// can, and tells the scheduler of each success (s.renewedAt) or
+	// failure (s.failed).
+	renewAll(s *scheduler, leases []*lease)
+	// lapsed is told that ls passed its local deadline unrenewed, and why;
+	// the scheduler has dropped it.
+	lapsed(ls *lease, cause error)
+	// closed is told that the Client closed while ls was kept.
+	closed(ls *lease)
 }
+
+// due is when ls is to be renewed.
+func (ls *lease) due() time.Time { return ls.sent.Add(ls.ttl / time.Duration(ls.every)) }
 
 // capped reports whether ls is held for its WithMaxHold at now: it is not
 // renewed any more.
@@ -193,7 +201,7 @@ func (s *scheduler) remove(ls *lease) waitFor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.leases, ls)
-	if done, ok := s.solo[ls]; ok {
+	if done, ok := s.solos[ls]; ok {
 		return done
 	}
 	if s.idleLocked() && s.done != nil {
@@ -207,7 +215,7 @@ func (s *scheduler) remove(ls *lease) waitFor {
 func (s *scheduler) settled(l *Lock) waitFor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for ls, done := range s.solo {
+	for ls, done := range s.solos {
 		if ls.l == l {
 			return done
 		}
@@ -231,8 +239,8 @@ func (s *scheduler) inflightFor(l *Lock) waitFor {
 	return nil
 }
 
-// moved records a successful extend of ls sent at sent with ttl.
-func (s *scheduler) moved(ls *lease, sent time.Time, ttl time.Duration) {
+// renewedAt records a successful renewal of ls sent at sent, for ttl.
+func (s *scheduler) renewedAt(ls *lease, sent time.Time, ttl time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sent.After(ls.sent) {
@@ -241,6 +249,14 @@ func (s *scheduler) moved(ls *lease, sent time.Time, ttl time.Duration) {
 	if s.kick != nil {
 		signal(s.kick)
 	}
+}
+
+// failed records a renewal of ls that failed with err: it is tried again
+// after a sixteenth of its ttl.
+func (s *scheduler) failed(ls *lease, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ls.err, ls.retryAt = err, time.Now().Add(max(ls.ttl/16, time.Millisecond))
 }
 
 // close ends every lease with cause ErrClosed, abandons the pending
@@ -254,16 +270,12 @@ func (s *scheduler) close() {
 	}
 	leases := make([]*lease, 0, len(s.leases))
 	for ls := range s.leases {
-		if ls.w != nil {
-			delete(s.leases, ls) // a waiter's ticket: Close wakes the waiter
-			continue
-		}
 		leases = append(leases, ls)
 	}
 	done := s.done
 	s.mu.Unlock()
 	for _, ls := range leases {
-		ls.l.lose(fmt.Errorf("%w: %q: keep-alive ended by Close", ErrClosed, ls.l.key), false)
+		ls.r.closed(ls)
 	}
 	waitFor(done).wait()
 	s.soloWG.Wait()
@@ -276,83 +288,38 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 	defer timer.Stop()
 	finished := make(chan *batch, 1)
 	for {
-		now := time.Now()
-		var ready, lost []*lease // ready: may be renewed now, to share the pipeline of one that must
-		mustSend := false
-		var retries []*pendingRelease
-		var expired []*Lock
 		s.mu.Lock()
 		if s.idleLocked() && s.inflight == nil {
 			s.done, s.kick = nil, nil
 			s.mu.Unlock()
 			return
 		}
-		wake := now.Add(time.Hour)
-		for l, pr := range s.releases {
-			switch {
-			case pr.busy:
-				wake = earliest(wake, pr.deadline)
-			case !now.Before(pr.deadline):
-				delete(s.releases, l) // expired by itself: nothing to release
-				expired = append(expired, l)
-			case !now.Before(pr.retryAt):
-				pr.busy = true
-				retries = append(retries, pr)
-			default:
-				wake = earliest(wake, pr.retryAt)
-			}
-		}
-		for ls := range s.leases {
-			d := ls.deadline()
-			if !now.Before(d) {
-				lost = append(lost, ls)
-				continue
-			}
-			wake = earliest(wake, d)
-			if _, ok := s.solo[ls]; ok || s.inflight != nil || ls.capped(now) {
-				continue // in flight on its own; one pipeline at a time: the rest wait for it; or held for its maximum
-			}
-			due := latest(ls.due(), ls.retryAt)
-			wake = earliest(wake, due)
-			if !now.Before(latest(ls.early(), ls.retryAt)) {
-				ready = append(ready, ls)
-				mustSend = mustSend || !now.Before(due)
-			}
-		}
-		causes := make([]error, len(lost))
-		for i, ls := range lost {
-			delete(s.leases, ls)
-			causes[i] = ls.lostCause(now)
-		}
+		w := s.collectLocked(time.Now())
 		// Only a lease that is due sends a pipeline: one sent whenever one
 		// was early would carry only what came early while the last was in
 		// flight, and the pipelines would shrink to that.
-		if mustSend {
-			b := &batch{leases: ready, done: make(chan struct{})}
+		if w.mustSend {
+			b := &batch{leases: w.ready, done: make(chan struct{})}
 			s.inflight = b
 			go s.renew(b, finished)
 		}
-		if len(retries) > 0 {
+		if len(w.retries) > 0 {
 			// Beside the renewals: a retry may wait for a Redis that is
 			// still away.
-			s.soloWG.Go(func() { s.retryReleases(retries) })
+			s.soloWG.Go(func() { s.retryReleases(w.retries) })
 		}
 		s.mu.Unlock()
 
-		for i, ls := range lost {
-			if ls.w != nil {
-				s.c.ticketGone(ls) // lapsed: its waiter attempts, and queues again
-				continue
-			}
-			ls.l.lose(causes[i], true)
+		for i, ls := range w.lost {
+			ls.r.lapsed(ls, w.causes[i])
 		}
-		for _, l := range expired {
+		for _, l := range w.expired {
 			l.holdEnded(false, nil, true)
 		}
-		if len(lost) > 0 {
+		if len(w.lost) > 0 {
 			continue
 		}
-		timer.Reset(time.Until(wake))
+		timer.Reset(time.Until(w.wake))
 		select {
 		case <-timer.C:
 		case <-kick:
@@ -371,111 +338,98 @@ func (s *scheduler) run(done chan struct{}, kick chan struct{}) {
 	}
 }
 
-// renew sends one pipeline of extends for b's leases and applies the
-// results, then retries b's releases. It does not hold s.mu during the
-// round trips.
+// work is what the scheduler's goroutine has to do at a moment.
+type work struct {
+	ready    []*lease          // may be renewed now, to share the pipeline of one that must
+	mustSend bool              // one of ready is due
+	lost     []*lease          // past their local deadline, dropped
+	causes   []error           // why, for each of lost
+	retries  []*pendingRelease // releases to send again now
+	expired  []*Lock           // locks whose pending release is moot: they expired
+	wake     time.Time         // when to look again
+}
+
+// collectLocked works out what is to be done at now, and drops the lost
+// leases and moot releases. s.mu must be held.
+func (s *scheduler) collectLocked(now time.Time) work {
+	w := work{wake: now.Add(time.Hour)}
+	for l, pr := range s.releases {
+		switch {
+		case pr.busy:
+			w.wake = earliest(w.wake, pr.deadline)
+		case !now.Before(pr.deadline):
+			delete(s.releases, l) // expired by itself: nothing to release
+			w.expired = append(w.expired, l)
+		case !now.Before(pr.retryAt):
+			pr.busy = true
+			w.retries = append(w.retries, pr)
+		default:
+			w.wake = earliest(w.wake, pr.retryAt)
+		}
+	}
+	for ls := range s.leases {
+		d := ls.deadline()
+		if !now.Before(d) {
+			delete(s.leases, ls)
+			w.lost = append(w.lost, ls)
+			w.causes = append(w.causes, ls.lostCause(now))
+			continue
+		}
+		w.wake = earliest(w.wake, d)
+		if _, ok := s.solos[ls]; ok || s.inflight != nil || ls.capped(now) {
+			continue // in flight on its own; one pipeline at a time: the rest wait for it; or held for its maximum
+		}
+		due := latest(ls.due(), ls.retryAt)
+		w.wake = earliest(w.wake, due)
+		if !now.Before(latest(ls.early(), ls.retryAt)) {
+			w.ready = append(w.ready, ls)
+			w.mustSend = w.mustSend || !now.Before(due)
+		}
+	}
+	return w
+}
+
+// renew has b's leases renewed by their renewers, one kind after the
+// other, and then reports b finished.
 func (s *scheduler) renew(b *batch, finished chan<- *batch) {
 	defer func() { finished <- b }()
-	rdb := s.c.rdb
-	var deadline time.Time
-	locked := b.leases[:0:0]
-	var single []*lease  // WithReplicas or Redlock: each on its own (below)
-	var tickets []*lease // waiters' tickets
-	s.mu.Lock()
+	byKind := map[renewer][]*lease{}
+	var kinds []renewer
 	for _, ls := range b.leases {
-		if ls.w != nil {
-			tickets = append(tickets, ls)
-			continue
+		if byKind[ls.r] == nil {
+			kinds = append(kinds, ls.r)
 		}
-		if ls.l.replicaCount() > 0 || ls.l.c.nodes != nil {
-			single = append(single, ls)
-			continue
-		}
-		// A caller's Extend in flight moves the deadline itself.
-		if ls.l.extendMu.TryLock() {
-			locked = append(locked, ls)
-			if d := ls.deadline(); deadline.IsZero() || d.Before(deadline) {
-				deadline = d
-			}
-		}
+		byKind[ls.r] = append(byKind[ls.r], ls)
 	}
-	ttls := make([]time.Duration, len(locked))
-	for i, ls := range locked {
-		ttls[i] = ls.ttl
+	for _, r := range kinds {
+		r.renewAll(s, byKind[r])
 	}
-	s.mu.Unlock()
-	defer func() {
-		for _, ls := range locked {
-			ls.l.extendMu.Unlock()
-		}
-	}()
-	if len(tickets) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), tickets[0].ttl/2)
-		s.renewTickets(ctx, tickets)
-		cancel()
-	}
-	// Renewals that wait for more than one server (Redlock, WithReplicas)
-	// run on their own, beside the pipeline and each other: a server that
-	// does not answer holds up its own lease alone.
-	s.mu.Lock()
-	if s.solo == nil {
-		s.solo = make(map[*lease]chan struct{})
-	}
-	for _, ls := range single {
-		if _, ok := s.leases[ls]; !ok {
-			continue // removed meanwhile (stop, Release): nothing renews it now
-		}
-		done := make(chan struct{})
-		s.solo[ls] = done
-		s.soloWG.Go(func() {
-			s.renewOne(ls)
-			s.mu.Lock()
-			delete(s.solo, ls)
-			if s.kick != nil {
-				signal(s.kick)
-			}
-			s.mu.Unlock()
-			close(done)
-		})
-	}
-	s.mu.Unlock()
-	if len(locked) == 0 {
-		return
-	}
+}
 
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	learnDigests(ctx, rdb, locked)
-	sent := time.Now()
-	cmds := s.extendAll(ctx, rdb, locked, ttls, false)
-	// A flushed or restarted server: send them again as EVAL, which loads
-	// the scripts.
-	for _, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			sent = time.Now()
-			cmds = s.extendAll(ctx, rdb, locked, ttls, true)
-			break
-		}
+// solo renews ls on its own goroutine with renew, beside the pipelines
+// (Redlock, WithReplicas: a server that does not answer holds up its own
+// lease alone), unless it was removed meanwhile.
+func (s *scheduler) solo(ls *lease, renew func(*lease)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.leases[ls]; !ok {
+		return // removed meanwhile (stop, Release): nothing renews it now
 	}
-	retry := time.Now()
-	for i, ls := range locked {
-		n, err := cmds[i].Int64()
-		switch {
-		case err == nil && n == 1:
-			ls.l.extended(sent, ttls[i])
-			ls.l.renewed(nil, true)
-		case err == nil:
-			cause := fmt.Errorf("%w: %q: renewal found it no longer ours", ErrLost, ls.l.key)
-			ls.l.renewed(cause, true)
-			ls.l.lose(cause, true)
-		default:
-			ls.l.renewed(err, true)
-			s.mu.Lock()
-			ls.err = err
-			ls.retryAt = retry.Add(max(ttls[i]/16, time.Millisecond))
-			s.mu.Unlock()
-		}
+	if s.solos == nil {
+		s.solos = make(map[*lease]chan struct{})
 	}
+	done := make(chan struct{})
+	s.solos[ls] = done
+	s.soloWG.Go(func() {
+		renew(ls)
+		s.mu.Lock()
+		delete(s.solos, ls)
+		if s.kick != nil {
+			signal(s.kick)
+		}
+		s.mu.Unlock()
+		close(done)
+	})
 }
 
 // retryReleases sends each pending release again, one at a time (there
@@ -504,64 +458,4 @@ func (s *scheduler) retryReleases(prs []*pendingRelease) {
 		}
 		s.mu.Unlock()
 	}
-}
-
-// renewOne renews a lock on its own (see WithReplicas).
-func (s *scheduler) renewOne(ls *lease) {
-	s.mu.Lock()
-	ttl, deadline := ls.ttl, ls.deadline()
-	s.mu.Unlock()
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	ok, err := ls.l.extend(ctx, ttl)
-	switch {
-	case err == nil && ok:
-		ls.l.renewed(nil, true)
-	case err == nil:
-		cause := fmt.Errorf("%w: %q: renewal found it no longer ours", ErrLost, ls.l.key)
-		ls.l.renewed(cause, true)
-		ls.l.lose(cause, true)
-	default:
-		ls.l.renewed(err, true)
-		s.mu.Lock()
-		ls.err = err
-		ls.retryAt = time.Now().Add(max(ttl/16, time.Millisecond))
-		s.mu.Unlock()
-	}
-}
-
-// learnDigests learns the digest of each extend script of leases that is
-// not known yet (once per process), so that their renewals go as EVALSHA.
-func learnDigests(ctx context.Context, rdb redis.UniversalClient, leases []*lease) {
-	for _, ls := range leases {
-		if script, keys, _ := ls.l.extendCall(0); script.digest() == nil {
-			script.known(ctx, rdb, keys[0])
-		}
-	}
-}
-
-// extendAll sends one pipeline of extends, one per lease, as EVALSHA (as
-// EVAL with eval, which loads the scripts), and returns their commands.
-func (s *scheduler) extendAll(ctx context.Context, rdb redis.UniversalClient, leases []*lease, ttls []time.Duration, eval bool) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(leases))
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, ls := range leases {
-			script, keys, args := ls.l.extendCall(ttls[i].Milliseconds())
-			if eval {
-				cmds[i] = p.Eval(ctx, script.src, keys, args...)
-			} else {
-				cmds[i] = script.EvalSha(ctx, p, keys, args...)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		// Commands the pipeline never ran carry no reply: give them its error.
-		for _, cmd := range cmds {
-			if cmd.Err() == nil && cmd.Val() == nil {
-				cmd.SetErr(err)
-			}
-		}
-	}
-	return cmds
 }

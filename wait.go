@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,129 +44,182 @@ func ticketLifeFor(ttl time.Duration) time.Duration {
 	return min(ticketLife, max(ttl, minTicketLife))
 }
 
-// A grant tells a waiter that the lock is its own: with fence, at a
-// moment after base.
-type grant struct {
-	fence int64
-	base  time.Time
-}
-
-// Reply codes of wait.lua.
-const (
-	codeWait   = 0 // held: it waits
-	codeHeld   = 1
-	codeBehind = 2 // free, but waiters ahead of it wait for something else: it waits
-	codeLimit  = 3
-	codeGone   = 4
-)
-
-// queueWaiting is Acquire for a lock whose waiters queue in Redis.
-func (c *Client) queueWaiting(ctx context.Context, l *Lock, o options) (_ *Lock, err error) {
+// acquireWaiting is Acquire once its arguments are checked: it attempts,
+// and waits between attempts, until l is acquired or ctx ends. The call
+// takes its place in its key's queue in this Client (see addWaiter), and
+// one loop serves every lock; only its step differs:
+//   - a lock whose waiters queue in Redis attempts with wait.lua, which
+//     queues its ticket; it is granted the lock by whatever frees it, and
+//     attempts again when told to (a hint, a wake) or when it may be free;
+//   - on the attempt path (Redlock, keys with a brace but no hash tag), only
+//     the head of the queue in this Client attempts, with the acquire
+//     script; it attempts again when a release is announced, on its
+//     backoff, or when the holder would expire.
+func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Lock, err error) {
 	w, err := c.addWaiter(l)
 	if err != nil {
 		return nil, opError("acquire", l.key, err)
 	}
-	defer func() {
-		if inRedis, queued := c.removeWaiter(w, err == nil); inRedis && err != nil {
-			// A chosen token that no reply has shown waiting may have held
-			// the key before this call: what it holds stays.
-			l.leave(ctx, l.chosenToken() && !queued)
-		}
-	}()
-	waiting := false // whether the observer was told this call waits
-	if obs := l.observer(); obs != nil {
-		defer func() {
-			if waiting && obs.WaitDone != nil {
-				obs.WaitDone(ctx, l.key)
-			}
-		}()
-	}
-	held := false       // whether the lock was found held: only then is a timeout contention
-	subscribed := false // whether this call has subscribed the key's channel
+	// Behind another waiter of this Client on the attempt path, it waits
+	// for a lock that is held.
+	wt := &wait{c: c, l: l, w: w, o: o, held: !l.queued() && !c.mayAttempt(w)}
+	defer func() { wt.end(ctx, err == nil) }()
 	mustAttempt := true // the next step is an attempt (else: a wait)
-	for attempt := 0; ; {
-		if mustAttempt && !c.isPending(w) {
-			if err := ctx.Err(); err != nil {
-				if held {
-					return nil, c.waitEnded(ctx, w)
-				}
-				return nil, opError("acquire", l.key, err)
-			}
-			sent := time.Now()
-			code, n, err := c.waitAttempt(ctx, l, w)
+	for {
+		if mustAttempt && c.mayAttempt(w) {
+			got, again, err := wt.attempt(ctx)
 			switch {
-			case err == nil:
-				c.nowHolding(l)
-				return l, nil
-			case code == codeGone:
-				c.retoken(l, w) // its ticket lapsed: queue a new one
+			case got != nil || err != nil:
+				return got, err
+			case again:
 				continue
-			case code == codeLimit:
-				return nil, err
-			case held && ctx.Err() != nil:
-				return nil, c.waitEnded(ctx, w)
-			case !errors.Is(err, ErrNotAcquired):
-				return nil, err
-			}
-			held = true
-			if code == codeHeld {
-				// It took the lock, but the reply came too late and the lock
-				// was released: try again after the backoff.
-				n = o.backoff(attempt)
-			}
-			c.expiresIn(w, sent, n)
-			attempt++
-		}
-		mustAttempt = false
-		if !subscribed && o.notify && !c.isPending(w) {
-			subscribed = true
-			if c.subscribe(ctx, l.key) {
-				// A grant between the attempts (or the releases that queued
-				// them) and the subscription went unheard: every waiter of
-				// the key here looks again.
-				c.wakeKey(w.key)
 			}
 		}
-		if !waiting {
-			waiting = true
-			if obs := l.observer(); obs != nil && obs.WaitStart != nil {
-				obs.WaitStart(ctx, l.key)
-			}
+		wt.subscribe(ctx)
+		wt.tellWaiting(ctx)
+		var got *Lock
+		got, mustAttempt, err = wt.sleep(ctx)
+		if got != nil || err != nil {
+			return got, err
 		}
+	}
+}
 
-		var timer <-chan time.Time
-		var t *time.Timer
-		pending := c.isPending(w)
-		if d, ok := c.waitTimer(w, o, attempt); ok {
-			t = time.NewTimer(d)
-			timer = t.C
+// A wait is one Acquire call that waits (see acquireWaiting).
+type wait struct {
+	c          *Client
+	l          *Lock
+	w          *waiter
+	o          options
+	attempts   int  // attempts that did not get the lock
+	held       bool // it found the lock held: only then is a timeout contention
+	subscribed bool // it subscribed its key's channel
+	waiting    bool // its observer was told that it waits
+}
+
+// attempt makes one attempt. It returns the Lock once acquired, or the
+// error that ends the wait, or again: attempt at once (the ticket lapsed,
+// and a new one is to be queued).
+func (wt *wait) attempt(ctx context.Context) (_ *Lock, again bool, _ error) {
+	c, l, w := wt.c, wt.l, wt.w
+	if err := ctx.Err(); err != nil {
+		if wt.held {
+			return nil, false, c.waitEnded(ctx, w)
 		}
-		select {
-		case g := <-w.grant:
-			if ctx.Err() != nil {
-				// The wait ended as the lock came: leave passes it on.
-				return nil, c.waitEnded(ctx, w)
-			}
-			if l.handed(g) {
-				c.nowHolding(l)
-				return l, nil
-			}
-			mustAttempt = true // too little of it left, or replicas to wait for: confirm
-		case <-w.wake:
-			mustAttempt = true
-		case <-w.turn:
-		case <-timer:
-			// A pending waiter that a release queued meanwhile waits on.
-			mustAttempt = !pending || c.stopPending(w)
-		case <-ctx.Done():
-			return nil, c.waitEnded(ctx, w)
+		return nil, false, opError("acquire", l.key, err)
+	}
+	sent := time.Now()
+	code, n, err := wt.step(ctx)
+	switch {
+	case err == nil:
+		c.nowHolding(l)
+		return l, false, nil
+	case code == codeGone:
+		c.retoken(l, w) // its ticket lapsed: queue a new one
+		return nil, true, nil
+	case code == codeLimit:
+		return nil, false, err
+	case wt.held && ctx.Err() != nil:
+		return nil, false, c.waitEnded(ctx, w)
+	case !errors.Is(err, ErrNotAcquired):
+		return nil, false, err
+	}
+	wt.held = true
+	if code == codeHeld {
+		// It took the lock, but the reply came too late and the lock was
+		// released: try again after the backoff.
+		n = wt.o.backoff(wt.attempts)
+	}
+	c.expiresIn(w, sent, n)
+	wt.attempts++
+	return nil, false, nil
+}
+
+// step is one attempt: wait.lua for a lock whose waiters queue in Redis,
+// else the acquire script (as its code would say). It returns the code,
+// the time until the holder that keeps it out expires (-1 unknown), and
+// nil once acquired.
+func (wt *wait) step(ctx context.Context) (int64, time.Duration, error) {
+	if wt.l.queued() {
+		return wt.c.waitAttempt(ctx, wt.l, wt.w)
+	}
+	pttl, err := wt.c.attempt(ctx, wt.l)
+	return codeWait, pttl, err
+}
+
+// subscribe subscribes the key's channel, once, with notifications on and
+// unless a release of this Client is to queue it.
+func (wt *wait) subscribe(ctx context.Context) {
+	if wt.subscribed || !wt.o.notify || wt.c.isPending(wt.w) {
+		return
+	}
+	wt.subscribed = true
+	if wt.c.subscribe(ctx, wt.l.key) {
+		// A grant (or a release) between the attempts and the subscription
+		// went unheard: every waiter of the key here looks again.
+		wt.c.wakeKey(wt.w.key)
+	}
+}
+
+// tellWaiting tells the observer, once, that the call waits.
+func (wt *wait) tellWaiting(ctx context.Context) {
+	if wt.waiting {
+		return
+	}
+	wt.waiting = true
+	if obs := wt.l.observer(); obs != nil && obs.WaitStart != nil {
+		obs.WaitStart(ctx, wt.l.key)
+	}
+}
+
+// sleep waits for what ends a wait: a grant (it returns the Lock, if it
+// needs no confirming attempt), a wake, its turn, its timer, or ctx (it
+// returns the error). mustAttempt says whether to attempt next.
+func (wt *wait) sleep(ctx context.Context) (_ *Lock, mustAttempt bool, _ error) {
+	c, l, w := wt.c, wt.l, wt.w
+	pending := c.isPending(w)
+	var timer <-chan time.Time
+	if d, ok := c.waitTimer(w, wt.o, wt.attempts); ok {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case g := <-w.grant:
+		if ctx.Err() != nil {
+			// The wait ended as the lock came: leave passes it on.
+			return nil, false, c.waitEnded(ctx, w)
 		}
-		if t != nil {
-			t.Stop()
+		if l.handed(g) {
+			c.nowHolding(l)
+			return l, false, nil
 		}
-		if c.notify.isClosed() {
-			return nil, fmt.Errorf("padlock: acquire %q: %w", l.key, ErrClosed)
-		}
+		mustAttempt = true // too little of it left, or replicas to wait for: confirm
+	case <-w.wake:
+		mustAttempt = true
+	case <-w.turn:
+	case <-timer:
+		// A pending waiter that a release queued meanwhile waits on.
+		mustAttempt = !pending || c.stopPending(w)
+	case <-ctx.Done():
+		return nil, false, c.waitEnded(ctx, w)
+	}
+	if c.notify.isClosed() {
+		return nil, false, fmt.Errorf("padlock: acquire %q: %w", l.key, ErrClosed)
+	}
+	return nil, mustAttempt, nil
+}
+
+// end takes the call out of its queues, here and (if it did not get the
+// lock) in Redis, and tells the observer that it stopped waiting.
+func (wt *wait) end(ctx context.Context, acquired bool) {
+	if obs := wt.l.observer(); wt.waiting && obs != nil && obs.WaitDone != nil {
+		obs.WaitDone(ctx, wt.l.key)
+	}
+	if inRedis, queued := wt.c.removeWaiter(wt.w, acquired); inRedis && !acquired {
+		// A chosen token that no reply has shown waiting may have held the
+		// key before this call: what it holds stays.
+		wt.l.leave(ctx, wt.l.chosenToken() && !queued)
 	}
 }
 
@@ -190,6 +241,11 @@ func (c *Client) waitEnded(ctx context.Context, w *waiter) error {
 // or, when notifications are off, on its backoff. ok is false for no
 // timer.
 func (c *Client) waitTimer(w *waiter, o options, attempt int) (d time.Duration, ok bool) {
+	polls := !o.notify || !w.lock.queued() // on its backoff (see below)
+	backoff := time.Duration(0)
+	if polls {
+		backoff = o.backoff(attempt) // the caller's function: not under mu
+	}
 	n := &c.notify
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -199,8 +255,14 @@ func (c *Client) waitTimer(w *waiter, o options, attempt int) (d time.Duration, 
 		}
 		return min(pendingMax, max(time.Until(w.holdUntil), 0)), true
 	}
-	if !o.notify {
-		d = o.backoff(attempt)
+	if polls {
+		// Notifications are off, or on the attempt path (a release is
+		// announced, not granted), where only the head of the queue here
+		// attempts.
+		if q := n.queues[w.key]; !w.lock.queued() && (q == nil || q.waiters[0] != w) {
+			return 0, false
+		}
+		d = backoff
 		if !w.expires.IsZero() {
 			d = min(d, max(time.Until(w.expires), 0))
 		}
@@ -245,15 +307,15 @@ func (c *Client) tryQueued(ctx context.Context, l *Lock) (time.Duration, error) 
 // runWait runs wait.lua for l with a ticket that lives life (0: a try),
 // as w (nil for a try).
 func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Duration) (int64, time.Duration, error) {
-	mode, ticket, chosen := "new", "", ""
+	mode, ticket, chosen := waitNew, "", ""
 	if l.chosenToken() {
-		chosen = "chosen"
+		chosen = waitChosen
 	}
 	wasSent := false
 	if w != nil {
 		c.notify.mu.Lock()
 		if w.queued {
-			mode = "keep"
+			mode = waitKeep
 		}
 		wasSent = w.sent
 		w.sent = true // from now on it may be in Redis, whatever the reply says
@@ -273,12 +335,10 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 	if len(reply) > 0 {
 		code, _ = reply[0].(int64)
 	}
-	if len(reply) > 2 {
-		c.deliver(reply[2:], sent, false)
-	}
+	c.deliver(readNews(reply, 2), sent, false)
 	switch {
 	case code == codeLimit:
-		if w != nil && mode == "new" && chosen == "" && !wasSent {
+		if w != nil && mode == waitNew && chosen == "" && !wasSent {
 			// Refused before it wrote a ticket: there is nothing to leave.
 			c.notify.mu.Lock()
 			w.sent = false
@@ -322,13 +382,13 @@ func (l *Lock) leave(ctx context.Context, keep bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCleanupTimeout)
 	defer cancel()
 	sent := time.Now()
-	what := "pass"
+	what := leavePass
 	if keep {
-		what = "keep"
+		what = leaveKeep
 	}
 	reply, err := leaveScript.Run(ctx, l.c.rdb, l.queueKeys(), l.ticket(), goneLife.Milliseconds(), what).Slice()
-	if err == nil && len(reply) > 1 {
-		l.c.deliver(reply[1:], sent, false)
+	if err == nil {
+		l.c.deliver(readNews(reply, 1), sent, false)
 	}
 }
 
@@ -343,19 +403,19 @@ func (l *Lock) releaseQueued(ctx context.Context, r doer, bg, undo bool) (int64,
 	sent := time.Now()
 	var res any
 	var err error
-	flags := "" // see lua/release.lua
+	flags := ""
 	switch {
 	case undo:
-		flags = "u"
+		flags = releaseUndo
 	case l.mins() != "":
-		flags = "m"
+		flags = releaseMin
 	}
 	if l.counted() != nil {
 		args := append([]any{l.value, l.kind(), c.notify.id, life, flags}, regs...)
 		res, err = countReleaseScript.Run(ctx, r, l.queueKeys(), args...).Result()
 	} else {
 		if l.fenced() {
-			flags += "f"
+			flags += releaseFenced
 		}
 		args := append([]any{l.value, c.notify.id, life, flags}, regs...)
 		res, err = releaseScript.Run(ctx, r, l.queueKeys(), args...).Result()
@@ -369,7 +429,7 @@ func (l *Lock) releaseQueued(ctx context.Context, r doer, bg, undo bool) (int64,
 	// pending waiters, unless the holder of a semaphore or shared hold was
 	// not ours ({0}).
 	var ours int64
-	var grants []any
+	var nw news
 	applied := false
 	switch v := res.(type) {
 	case int64:
@@ -377,7 +437,7 @@ func (l *Lock) releaseQueued(ctx context.Context, r doer, bg, undo bool) (int64,
 	case []any:
 		if len(v) > 0 {
 			ours, _ = v[0].(int64)
-			grants = v[1:]
+			nw = readNews(v, 1)
 		}
 		applied = l.counted() == nil || ours == 1
 	}
@@ -386,410 +446,9 @@ func (l *Lock) releaseQueued(ctx context.Context, r doer, bg, undo bool) (int64,
 	} else {
 		c.carriedBack(carried, time.Time{})
 	}
-	c.deliver(grants, sent, bg)
+	c.deliver(nw, sent, bg)
 	return ours, nil
 }
 
 // A Client's side of waiting. The waiters below are under the notifier's
 // mu.
-
-// addWaiter adds a waiter for l at the tail of its key's queue in this
-// Client; it is pending if a Lock of the Client that got the key by
-// waiting holds it.
-func (c *Client) addWaiter(l *Lock) (*waiter, error) {
-	w := &waiter{key: l.key, lock: l, obs: l.observer(), wake: make(chan struct{}, 1), turn: make(chan struct{}, 1),
-		grant: make(chan grant, 1)}
-	if m := l.multi(); m != nil {
-		w.key = m[0]
-	}
-	q, err := c.queueFor(w.key)
-	if err != nil {
-		return nil, err
-	}
-	n := &c.notify
-	defer n.mu.Unlock()
-	w.token, w.ticket = l.tok(), l.ticket()
-	if n.tokens[w.token] != nil { // only with WithToken
-		if len(q.waiters) == 0 && len(q.holders) == 0 {
-			delete(n.queues, w.key) // made by queueFor for this call
-		}
-		return nil, fmt.Errorf("%w: another Acquire with token %q waits in this Client", ErrInvalid, w.token)
-	}
-	q.waiters = append(q.waiters, w)
-	if n.tokens == nil {
-		n.tokens = make(map[string]*waiter)
-	}
-	n.tokens[w.token] = w
-	// A chosen token queues itself: it may find an earlier wait's ticket
-	// (or the mark that it left), which a release could not tell from a
-	// late call.
-	if l.multi() == nil && !l.chosenToken() {
-		for h, until := range q.holders {
-			// Not behind a holder of its own token: that one is itself.
-			if time.Now().Before(until) && sameLimit(h, l) && h.tok() != w.token {
-				w.pending, w.holdUntil = true, latest(w.holdUntil, until)
-			}
-		}
-	}
-	return w, nil
-}
-
-// sameLimit reports whether a and b are not semaphore places of
-// different n (a pending waiter makes no attempt that would find out).
-func sameLimit(a, b *Lock) bool {
-	ka, kb := a.counted(), b.counted()
-	return ka == nil || kb == nil || ka.limit == kb.limit
-}
-
-// removeWaiter takes w out of this Client's queue and stops renewing its
-// ticket; unless acquired, its Lock does not hold the key. It reports
-// whether w may have a ticket (or a grant) in Redis, which it must leave,
-// and whether a reply showed it queued there.
-func (c *Client) removeWaiter(w *waiter, acquired bool) (inRedis, queued bool) {
-	n := &c.notify
-	n.mu.Lock()
-	w.removed = true
-	inRedis, queued = w.sent || w.queued || w.carried, w.queued
-	ls := w.lease
-	w.lease = nil
-	delete(n.tokens, w.token)
-	if q := n.queues[w.key]; q != nil && !acquired {
-		delete(q.holders, w.lock)
-	}
-	c.dequeueLocked(w, false)
-	n.mu.Unlock()
-	if ls != nil {
-		c.sched.remove(ls)
-	}
-	return inRedis, queued
-}
-
-// wakeKey wakes every waiter of key in this Client to attempt.
-func (c *Client) wakeKey(key string) {
-	c.notify.mu.Lock()
-	defer c.notify.mu.Unlock()
-	if q := c.notify.queues[key]; q != nil {
-		for _, w := range q.waiters {
-			signal(w.wake)
-		}
-	}
-}
-
-// isPending reports whether w waits for a release of its Client to queue
-// it.
-func (c *Client) isPending(w *waiter) bool {
-	c.notify.mu.Lock()
-	defer c.notify.mu.Unlock()
-	return w.pending
-}
-
-// stopPending makes a pending waiter attempt by itself, unless a release
-// in flight carries it, and reports whether it must attempt: not if a
-// release queued it meanwhile.
-func (c *Client) stopPending(w *waiter) bool {
-	c.notify.mu.Lock()
-	defer c.notify.mu.Unlock()
-	if !w.pending {
-		return false
-	}
-	if !w.carried {
-		w.pending = false
-		return true
-	}
-	return false
-}
-
-// nowHolding records that l, a Lock that got its key by waiting, holds it:
-// waiters that come meanwhile are queued by its release.
-func (c *Client) nowHolding(l *Lock) {
-	if l.multi() != nil {
-		return // its release queues nobody (see takePending)
-	}
-	until := l.Deadline()
-	key := l.key
-	n := &c.notify
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if q := n.queues[key]; q != nil {
-		if q.holders == nil {
-			q.holders = make(map[*Lock]time.Time)
-		}
-		q.holders[l] = until
-	}
-}
-
-// takePending returns the registrations (token, ticket) of the pending
-// waiters of l's key that the release of l is to queue, and those
-// waiters, now carried by it; l no longer holds the key here.
-func (c *Client) takePending(l *Lock) ([]any, []*waiter) {
-	n := &c.notify
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	key := l.key
-	if m := l.multi(); m != nil {
-		key = m[0]
-	}
-	q := n.queues[key]
-	if q == nil {
-		return nil, nil
-	}
-	delete(q.holders, l)
-	if l.multi() != nil {
-		return nil, nil
-	}
-	var regs []any
-	var ws []*waiter
-	for _, w := range q.waiters {
-		if w.pending && !w.carried {
-			w.carried = true
-			regs = append(regs, w.token, w.ticket)
-			ws = append(ws, w)
-		}
-	}
-	return regs, ws
-}
-
-// carriedBack settles the waiters a release carried: queued in Redis by a
-// release sent at sent, or, with a zero sent, not queued, to attempt by
-// themselves.
-func (c *Client) carriedBack(ws []*waiter, sent time.Time) {
-	for _, w := range ws {
-		c.notify.mu.Lock()
-		w.carried, w.pending = false, false
-		c.notify.mu.Unlock()
-		if sent.IsZero() {
-			signal(w.wake)
-		} else {
-			c.queued(w, sent)
-		}
-	}
-}
-
-// queued records that a call sent at sent found or made w's ticket in
-// Redis, and keeps the ticket renewed.
-func (c *Client) queued(w *waiter, sent time.Time) {
-	n := &c.notify
-	n.mu.Lock()
-	if w.removed {
-		n.mu.Unlock()
-		return
-	}
-	w.queued = true
-	if sent.After(w.alive) {
-		w.alive = sent
-	}
-	var fresh *lease
-	if w.lease == nil {
-		fresh = &lease{l: w.lock, w: w, ttl: ticketLifeFor(w.lock.ttl), sent: sent}
-		w.lease = fresh
-	}
-	n.mu.Unlock()
-	if fresh == nil {
-		return
-	}
-	c.sched.add(fresh)
-	n.mu.Lock()
-	gone := w.removed || w.lease != fresh
-	n.mu.Unlock()
-	if gone {
-		c.sched.remove(fresh) // it stopped waiting meanwhile
-	}
-}
-
-// retoken gives l, whose ticket lapsed (or whose grant was lost before it
-// was confirmed), a new token, so that a late word of the old one is not
-// taken for a new grant, and a ticket of its own again.
-func (c *Client) retoken(l *Lock, w *waiter) {
-	n := &c.notify
-	n.mu.Lock()
-	delete(n.tokens, w.token)
-	ls := w.lease
-	w.lease, w.queued, w.sent, w.alive = nil, false, false, time.Time{}
-	n.mu.Unlock()
-	if ls != nil {
-		c.sched.remove(ls)
-	}
-	if !l.chosenToken() { // a chosen token stays: a grant to it is confirmed (see grantLocked)
-		tok := l.tok()
-		prefix := tok[:strings.LastIndexByte(tok, '/')+1] // a leadership's "leader/"; random tokens have no '/'
-		l.value = prefix + newToken() + l.value[len(tok):]
-		l.args[0] = l.value
-	}
-	n.mu.Lock()
-	w.token, w.ticket = l.tok(), l.ticket()
-	n.tokens[w.token] = w
-	n.mu.Unlock()
-}
-
-// deliver hands the grants of a reply (token, fence pairs) to this
-// Client's waiters, counted from base, a moment before the grant; bg as
-// for Client.observe (the observer's HandOff, then the grant, run on the
-// Client's observer goroutine).
-func (c *Client) deliver(grants []any, base time.Time, bg bool) {
-	n := &c.notify
-	var handed []func()
-	n.mu.Lock()
-	for i := 0; i+1 < len(grants); i += 2 {
-		tok, _ := grants[i].(string)
-		fence, _ := grants[i+1].(int64)
-		if f := n.grantLocked(tok, grant{fence: fence, base: base}); f != nil {
-			handed = append(handed, f)
-		}
-	}
-	n.mu.Unlock()
-	for _, f := range handed {
-		c.observe(bg, f)
-	}
-}
-
-// grantLocked records a grant to the waiter with token tok, if it is
-// still here, and returns what hands it over, to be called once the
-// notifier's mu is unlocked: its observer's HandOff (which may call
-// padlock), then the grant. A zero base means a message, counted from the
-// last moment its ticket was known to be in the queue.
-func (n *notifier) grantLocked(tok string, g grant) func() {
-	w := n.tokens[tok]
-	if w == nil {
-		return nil // it left: its leave passes the lock on
-	}
-	if g.fence < 0 {
-		// A hint: it is first in line, and the holder expires in
-		// -1 - fence ms.
-		n.expiresInLocked(w, time.Now(), time.Duration(-1-g.fence)*time.Millisecond)
-		signal(w.turn)
-		return nil
-	}
-	if w.lock.chosenToken() {
-		// A chosen token is used again by later waits: a grant to it may
-		// have been meant for an earlier one, and passed on since. It
-		// attempts, which confirms it, and waits on if not.
-		signal(w.wake)
-		return nil
-	}
-	if g.base.IsZero() {
-		g.base = w.alive
-	}
-	if !w.lock.fenced() {
-		g.fence = 0
-	}
-	delete(n.tokens, tok)
-	handOff := n.handOffLocked(w)
-	if q := n.queues[w.key]; q != nil && !g.base.IsZero() && w.lock.multi() == nil {
-		// It holds the key now: waiters that come meanwhile are queued by
-		// its release.
-		if q.holders == nil {
-			q.holders = make(map[*Lock]time.Time)
-		}
-		q.holders[w.lock] = g.base.Add(w.lock.ttl - drift(w.lock.ttl))
-	}
-	return func() {
-		if handOff != nil {
-			handOff(w.key)
-		}
-		select {
-		case w.grant <- g:
-		default:
-		}
-	}
-}
-
-// handOffLocked returns w's observer's HandOff the first time the lock is
-// handed to w, else nil.
-func (n *notifier) handOffLocked(w *waiter) func(string) {
-	if w.handedOff || w.obs == nil || w.obs.HandOff == nil {
-		return nil
-	}
-	w.handedOff = true
-	return w.obs.HandOff
-}
-
-// parseGrant parses a message of a grant, "<token> <fence>".
-func parseGrant(msg string) (tok string, fence int64, ok bool) {
-	tok, f, ok := strings.Cut(msg, " ")
-	if !ok {
-		return "", 0, false
-	}
-	fence, err := strconv.ParseInt(f, 10, 64)
-	return tok, fence, err == nil
-}
-
-// handChannel is the channel on which a grant is announced to the Client
-// named id, for key: a side key's name (see sideKey), so that it shares
-// key's Cluster slot and ACL prefix. Only that Client listens.
-func handChannel(key, id string) string {
-	return sideKey(key, "to:"+id)
-}
-
-// renewTickets renews the tickets of waiting leases in one pipeline, and
-// settles each: renewed, gone (granted, or lapsed: its waiter attempts),
-// or to retry.
-func (s *scheduler) renewTickets(ctx context.Context, leases []*lease) {
-	n := &s.c.notify
-	type renewal struct {
-		ls  *lease
-		cmd *redis.BoolCmd
-	}
-	rs := make([]renewal, 0, len(leases))
-	sent := time.Now()
-	looks := s.c.keyLooks(leases)
-	_, _ = s.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		looks.send(ctx, p)
-		queues := map[string]bool{}
-		for _, ls := range leases {
-			n.mu.Lock()
-			tok := ls.w.token
-			n.mu.Unlock()
-			keys := ls.l.queueKeys()
-			rs = append(rs, renewal{ls, p.PExpire(ctx, ls.l.ticketKey(tok), ls.ttl)})
-			for i := 1; i < len(keys); i += 2 {
-				if !queues[keys[i]] {
-					queues[keys[i]] = true
-					p.PExpire(ctx, keys[i], queueLife)
-				}
-			}
-		}
-		return nil
-	})
-	looks.wakeFreed(s.c, looks.look(ctx, s.c.rdb))
-	for _, r := range rs {
-		ok, err := r.cmd.Result()
-		switch {
-		case err == nil && ok:
-			s.c.queued(r.ls.w, sent)
-			s.mu.Lock()
-			if sent.After(r.ls.sent) {
-				r.ls.sent, r.ls.retryAt, r.ls.err = sent, time.Time{}, nil
-			}
-			s.mu.Unlock()
-		case err == nil:
-			s.c.ticketGone(r.ls)
-		default:
-			s.mu.Lock()
-			r.ls.err, r.ls.retryAt = err, time.Now().Add(max(r.ls.ttl/16, time.Millisecond))
-			s.mu.Unlock()
-		}
-	}
-}
-
-// ticketGone handles a ticket that is no longer in Redis (granted, or
-// skipped): its renewals stop, and its waiter attempts, which tells.
-func (c *Client) ticketGone(ls *lease) {
-	c.sched.remove(ls)
-	n := &c.notify
-	n.mu.Lock()
-	if ls.w.lease == ls {
-		ls.w.lease = nil
-	}
-	n.mu.Unlock()
-	signal(ls.w.wake)
-}
-
-// channels are the channels a Client listens on for key: its own channel
-// for the key on the one way to wait, or the key's own on the attempt path
-// (see notify.go).
-func (c *Client) channels(key string) []string {
-	if c.nodes != nil || !queueable(key) {
-		return []string{key}
-	}
-	return []string{handChannel(key, c.notify.id)}
-}

@@ -4,8 +4,9 @@
 --
 -- If the key is held (a lock, or holders of a semaphore or shared hold),
 -- it advances the fencing counter, if there is one, deletes the holders,
--- serves the queue and announces the release on the key's channel. Returns {what inspect.lua would have returned just
--- before, grants...}, grants as in wait.lua (the caller's waiters).
+-- serves the queue and announces the release on the key's channel.
+-- Returns {what inspect.lua would have returned just before, grants,
+-- hints}, the news for the caller's waiters as in release.lua.
 --@grant
 --@inspect
 local before = inspect()
@@ -20,9 +21,6 @@ if KEYS[3] then redis.call('DEL', KEYS[3], KEYS[5], prefix(Q) .. 'mins') end -- 
 -- tag) attempt when they hear this, sharded or plain (as release_many.lua).
 pcall(redis.call, 'SPUBLISH', K, 'released')
 pcall(redis.call, 'PUBLISH', K, 'released')
-local out = {before}
-if Q then
-  local t = now()
-  serve(K, Q, t, ARGV[1], out)
-end
-return out
+local mine = news()
+if Q then serve(K, Q, now(), ARGV[1], mine) end
+return {before, mine[1], mine[2]}

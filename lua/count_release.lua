@@ -5,7 +5,7 @@
 -- release.lua ('m' may be held for a minimum, 'u' undo), then waiters to queue
 -- first, as in release.lua. It serves the queue. A holder kept for its
 -- minimum (see token.lua) stays until the minimum ends instead.
--- Returns {1, grants...} (with hints, as release.lua's) if the value was a
+-- Returns {1, grants, hints} (as release.lua's) if the value was a
 -- holder, {0} if not (expired, or released).
 --@grant
 local K, Q, kind = KEYS[1], KEYS[2], ARGV[2]
@@ -25,4 +25,6 @@ else
 end
 local queued = carry(Q, t, 6, ARGV[4])
 settle(K, P, kind, t)
-return tellCarried(K, t, queued, serve(K, Q, t, ARGV[3], {1}))
+local mine = serve(K, Q, t, ARGV[3], news())
+tellCarried(K, t, queued, mine)
+return {1, mine[1], mine[2]}

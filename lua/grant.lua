@@ -10,9 +10,12 @@
 --
 -- Whatever frees capacity runs grant: from the head of the queue on, it
 -- gives each live ticket what it waits for while that is free, sets what
--- it holds with its ttl (and fence), and tells its client: in the reply
--- when the client is the caller's, else by "<token> <fence>" on P ..
--- 'to:' .. client.
+-- it holds with its ttl (and fence), and tells its client. A call's news
+-- for its own client's waiters comes back in its reply, as two arrays:
+-- grants (token, fence pairs) and hints (token, ms pairs: the holder that
+-- keeps that waiter out expires in ms, so that it looks then if nobody
+-- releases). Other clients are told by a message on P .. 'to:' .. client:
+-- "<token> <fence>" for a grant, "<token> wait <ms>" for a hint.
 
 local MARKER = 'padlock:shared'
 -- QUEUE_LIFE (ms), set by scripts.go before this file: how long a queue
@@ -188,17 +191,26 @@ local function channel(head, w)
   return string.sub(head, 1, -#w.tok - 3) .. 'to:' .. w.c
 end
 
--- tell gives the client me's grants (and hints) in mine, and the others'
--- by message: plain PUBLISH to a client whose id ends in 'p' (it listens
--- on a Cluster, where every node hears a plain message).
-local function tell(head, w, fence, me, mine)
+-- news is a call's news for its own client (see above): {grants, hints}.
+local function news() return {{}, {}} end
+
+-- tell tells the waiter w (its ticket named head) of a grant (which 1)
+-- or a hint (which 2) with n: its client me's in mine, the others' by
+-- message, plain PUBLISH to a client whose id ends in 'p' (it listens on
+-- a Cluster, where every node hears a plain message).
+local function tell(head, w, which, n, me, mine)
   if w.c == me then
-    mine[#mine + 1] = w.tok
-    mine[#mine + 1] = fence
-  elseif string.sub(w.c, -1) == 'p' then
-    pcall(redis.call, 'PUBLISH', channel(head, w), w.tok .. ' ' .. fence)
+    local list = mine[which]
+    list[#list + 1] = w.tok
+    list[#list + 1] = n
+    return
+  end
+  local msg = w.tok .. ' ' .. n
+  if which == 2 then msg = w.tok .. ' wait ' .. n end
+  if string.sub(w.c, -1) == 'p' then
+    pcall(redis.call, 'PUBLISH', channel(head, w), msg)
   else
-    announce(channel(head, w), w.tok .. ' ' .. fence)
+    announce(channel(head, w), msg)
   end
 end
 
@@ -212,10 +224,9 @@ local function expiresIn(K, t, kind)
   return -1
 end
 
--- tellHead tells the first waiter of K's queue Q when what keeps it out
--- expires, in ms, as a grant with the fence -1 - ms (a hint: it is not
--- granted), so that it looks then if nobody releases. head, when not nil,
--- is that waiter's ticket (false: none), and ms, when not nil, K's ttl.
+-- tellHead hints to the first waiter of K's queue Q when what keeps it
+-- out expires, in ms. head, when not nil, is that waiter's ticket (false:
+-- none), and ms, when not nil, K's ttl.
 local function tellHead(K, Q, t, me, mine, head, ms)
   if head == nil then head = redis.call('ZRANGE', Q, 0, 0)[1] end
   if not head then return mine end
@@ -223,15 +234,14 @@ local function tellHead(K, Q, t, me, mine, head, ms)
   if not d or d == '-' then return mine end
   local w = who(d)
   if w.k == 'n' or ms == nil then ms = expiresIn(K, t, w.k) end
-  if ms >= 0 then tell(head, w, -1 - ms, me, mine) end
+  if ms >= 0 then tell(head, w, 2, ms, me, mine) end
   return mine
 end
 
 -- grant serves K's queue Q from its head, while what the head waits for
--- is free. It announces each grant, except to the client me, whose
--- grants it appends to mine as token, fence. It returns mine; after a
--- grant of the whole key, also the next ticket in the queue (false if
--- none) and the ttl it set (for tellHead).
+-- is free, and tells each waiter served (the client me's in mine: see
+-- news). It returns mine; after a grant of the whole key, also the next
+-- ticket in the queue (false if none) and the ttl it set (for tellHead).
 local function grant(K, Q, t, me, mine)
   while true do
     local q = redis.call('ZRANGE', Q, 0, 1)
@@ -249,7 +259,7 @@ local function grant(K, Q, t, me, mine)
       local fence = grantTo(K, Q, head, w, t)
       if not fence then return mine end
       redis.call('DEL', head)
-      tell(head, w, fence, me, mine)
+      tell(head, w, 1, fence, me, mine)
       if w.k ~= 's' and w.k ~= 'n' then return mine, q[2] or false, math.max(w.ttl, w.min) end
     end
   end
@@ -280,11 +290,10 @@ local function carry(Q, t, from, life)
   return queued
 end
 
--- tellCarried tells the client's waiters that a release queued (their
--- tickets) when what keeps them out of K expires, in mine, as hints (see
--- tellHead): what an attempt would have told them. ms, when not nil, is
--- K's ttl, just set by serve. It reads K once per kind of waiter ('n', or
--- the others) at most.
+-- tellCarried hints to the client's waiters that a release queued (their
+-- tickets) when what keeps them out of K expires, in mine: what an
+-- attempt would have told them. ms, when not nil, is K's ttl, just set by
+-- serve. It reads K once per kind of waiter ('n', or the others) at most.
 local function tellCarried(K, t, queued, mine, ms)
   local known = {x = ms}
   for _, d in ipairs(queued) do
@@ -292,8 +301,9 @@ local function tellCarried(K, t, queued, mine, ms)
     local kind = w.k == 'n' and 'n' or 'x'
     if known[kind] == nil then known[kind] = expiresIn(K, t, w.k) end
     if known[kind] >= 0 then
-      mine[#mine + 1] = w.tok
-      mine[#mine + 1] = -1 - known[kind]
+      local hints = mine[2]
+      hints[#hints + 1] = w.tok
+      hints[#hints + 1] = known[kind]
     end
   end
   return mine

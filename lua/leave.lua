@@ -6,7 +6,7 @@
 -- would, minimum or not ('keep': a
 -- chosen token that may have held the key before it waited keeps it, for
 -- its holders to release). Returns {1 if it passed something on, else 0,
--- grants...}, grants as in wait.lua.
+-- grants, hints}, the news for the client's waiters as in release.lua.
 --@grant
 local w = parse(ARGV[1])
 local K, Q = KEYS[1], KEYS[2]
@@ -15,7 +15,7 @@ local t = now()
 local ticket = P .. 't:' .. w.tok
 redis.call('SET', ticket, '-', 'PX', ARGV[2])
 for i = 2, #KEYS, 2 do redis.call('ZREM', KEYS[i], ticket) end
-local out = {0}
+local passed, mine = 0, news()
 if ARGV[3] == 'keep' then
   -- keep what the token holds
 elseif w.k == 'x' or w.k == 'm' then
@@ -24,7 +24,7 @@ elseif w.k == 'x' or w.k == 'm' then
       redis.call('DEL', KEYS[i])
       if w.f == 1 then redis.call('HDEL', P .. 'fences', w.tok) end
       redis.call('HDEL', P .. 'mins', w.tok)
-      out[1] = 1
+      passed = 1
     end
   end
 else
@@ -32,10 +32,10 @@ else
     redis.call('HDEL', P .. 'fences', w.tok)
     redis.call('HDEL', P .. 'mins', w.tok)
     settle(K, P, w.k, t)
-    out[1] = 1
+    passed = 1
   end
 end
 for i = 1, #KEYS, 2 do
-  serve(KEYS[i], KEYS[i + 1], t, w.c, out)
+  serve(KEYS[i], KEYS[i + 1], t, w.c, mine)
 end
-return out
+return {passed, mine[1], mine[2]}

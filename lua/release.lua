@@ -16,9 +16,9 @@
 -- first waiter told when that is.
 -- Returns 0 if no key was ours (it changes nothing); 1 if every key was
 -- ours and nobody waits; else {1 or 0 (every key was ours, or not),
--- grants...}, grants as in wait.lua, a hint for the first waiter left
--- (see grant.lua's tellHead), and hints for the waiters it queued (see
--- tellCarried).
+-- grants, hints}: the news for the client's waiters (see grant.lua's
+-- news), with a hint for the first waiter left (tellHead) and for each
+-- waiter it queued (tellCarried).
 --
 -- The common case, nobody waiting, comes before grant.lua's functions
 -- (inserted at the marker), which would otherwise be built on every call.
@@ -54,9 +54,10 @@ end
 --@grant
 local t = now()
 local queued = carry(KEYS[2], t, 5, ARGV[3])
-local out, ms = {ours}, nil
+local mine, ms = news(), nil
 for i = 1, #KEYS, 2 do
-  local _, set = serve(KEYS[i], KEYS[i + 1], t, ARGV[2], out)
+  local _, set = serve(KEYS[i], KEYS[i + 1], t, ARGV[2], mine)
   if i == 1 then ms = set end
 end
-return tellCarried(KEYS[1], t, queued, out, ms)
+tellCarried(KEYS[1], t, queued, mine, ms)
+return {ours, mine[1], mine[2]}

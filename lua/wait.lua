@@ -7,13 +7,15 @@
 -- token (WithToken), so that it may come back: holding the key with other
 -- metadata, or after it left.
 --
--- Returns {1, fence, grants...} when the caller holds the lock now (it
--- was free, handed to it, or its own earlier attempt took it); {0, ms,
--- grants...} when it must wait (ms: until the holder that keeps it out
--- expires, -1 unknown; a ticket is queued, or kept, unless it is a try);
--- {3, n} when the key's semaphore has n places, not the caller's; {4, 0}
--- when its ticket is gone (expired, or it left). grants are token, fence
--- pairs: other waiters of the caller's client that this call served.
+-- Returns {code, n, grants, hints}: code 1 when the caller holds the lock
+-- now (it was free, handed to it, or its own earlier attempt took it), n
+-- its fence; 0 when it must wait (a ticket is queued, or kept, unless it
+-- is a try), n the ms until the holder that keeps it out expires (-1
+-- unknown); 2 the same, but what it waits for is free and the waiters
+-- queued ahead wait for something else; 3 when the key's semaphore has n
+-- places, not the caller's; 4 when its ticket is gone (expired, or it
+-- left). grants and hints are the news for the caller's client's other
+-- waiters (see grant.lua's news).
 if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER') end
 --@grant
 local w = parse(ARGV[1])
@@ -57,13 +59,16 @@ local function held()
   return tonumber(redis.call('HGET', P .. 'fences', w.tok) or '0')
 end
 
--- reply is {code, n} and the grants, leaving out the caller's own.
+-- reply is {code, n} and the news, leaving out the caller's own.
 local function reply(code, n, mine)
-  local out = {code, n}
-  for i = 1, #mine, 2 do
-    if mine[i] ~= w.tok then
-      out[#out + 1] = mine[i]
-      out[#out + 1] = mine[i + 1]
+  local out = {code, n, {}, {}}
+  for which = 1, 2 do
+    local from, to = mine[which], out[which + 2]
+    for i = 1, #from, 2 do
+      if from[i] ~= w.tok then
+        to[#to + 1] = from[i]
+        to[#to + 1] = from[i + 1]
+      end
     end
   end
   return out
@@ -79,7 +84,7 @@ local fence = held()
 if fence then
   redis.call('DEL', ticket)
   for i = 2, #KEYS, 2 do redis.call('ZREM', KEYS[i], ticket) end
-  return {1, fence}
+  return {1, fence, {}, {}}
 end
 -- A try (life 0) has no ticket, and reads none.
 local tk = life > 0 and redis.call('GET', ticket)
@@ -94,10 +99,10 @@ end
 if tk == '-' or (ARGV[3] == 'keep' and not tk) then return {4, 0} end
 
 -- Serve those queued first: a holder may have expired.
-local mine = {}
+local mine = news()
 for i = 1, #KEYS, 2 do grant(KEYS[i], KEYS[i + 1], t, w.c, mine) end
-for i = 1, #mine, 2 do
-  if mine[i] == w.tok then return reply(1, mine[i + 1], mine) end
+for i = 1, #mine[1], 2 do
+  if mine[1][i] == w.tok then return reply(1, mine[1][i + 1], mine) end
 end
 if w.k == 'n' and not limitOK(P, w) then return limitError() end -- set by a grant just now
 

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // KeepAlive keeps the lock alive while the returned context is in use: the
@@ -58,7 +60,7 @@ func (l *Lock) KeepAlive(ctx context.Context) (context.Context, context.CancelFu
 	if l.lease == nil {
 		// Under l.mu, so that a concurrent Release cannot remove the lease
 		// from the scheduler before it is in.
-		fresh := &lease{l: l, ttl: l.ttl, sent: l.sent}
+		fresh := &lease{l: l, r: heldLocks{}, every: 3, ttl: l.ttl, sent: l.sent}
 		if l.x != nil {
 			fresh.capAt = l.x.capAt
 		}
@@ -174,7 +176,7 @@ func (l *Lock) extended(sent time.Time, ttl time.Duration) {
 	ls := l.lease
 	l.mu.Unlock()
 	if ls != nil {
-		l.c.sched.moved(ls, sent, ttl)
+		l.c.sched.renewedAt(ls, sent, ttl)
 	}
 }
 
@@ -249,4 +251,134 @@ func (l *Lock) do(ctx context.Context, fn func(context.Context) error) (err erro
 		}
 	}()
 	return fn(kctx)
+}
+
+// heldLocks renews the locks kept alive (KeepAlive), as the renewer of
+// their leases in the scheduler: each at a third of its ttl, and every
+// one due about then in one pipeline of extends.
+type heldLocks struct{}
+
+// renewAll extends leases: in one pipeline, except Redlock's and
+// WithReplicas' (each on its own, see scheduler.solo) and those whose
+// caller's Extend is in flight (it moves the deadline itself).
+func (heldLocks) renewAll(s *scheduler, leases []*lease) {
+	var locked, single []*lease
+	var ttls []time.Duration
+	var deadline time.Time
+	s.mu.Lock()
+	for _, ls := range leases {
+		if ls.l.replicaCount() > 0 || ls.l.c.nodes != nil {
+			single = append(single, ls)
+			continue
+		}
+		if ls.l.extendMu.TryLock() {
+			locked, ttls = append(locked, ls), append(ttls, ls.ttl)
+			if d := ls.deadline(); deadline.IsZero() || d.Before(deadline) {
+				deadline = d
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, ls := range single {
+		s.solo(ls, func(ls *lease) { renewOne(s, ls) })
+	}
+	if len(locked) == 0 {
+		return
+	}
+	defer func() {
+		for _, ls := range locked {
+			ls.l.extendMu.Unlock()
+		}
+	}()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	rdb := s.c.rdb
+	learnDigests(ctx, rdb, locked)
+	sent := time.Now()
+	cmds := extendAll(ctx, rdb, locked, ttls, false)
+	// A flushed or restarted server: send them again as EVAL, which loads
+	// the scripts.
+	if slices.ContainsFunc(cmds, func(cmd *redis.Cmd) bool { return isNoScript(cmd.Err()) }) {
+		sent = time.Now()
+		cmds = extendAll(ctx, rdb, locked, ttls, true)
+	}
+	for i, ls := range locked {
+		n, err := cmds[i].Int64()
+		if err == nil && n == 1 {
+			ls.l.extended(sent, ttls[i])
+		}
+		renewed(s, ls, n == 1, err)
+	}
+}
+
+// renewed applies the outcome of a renewal of ls: extended (ok), found no
+// longer ours (lost), or failed (err: to retry).
+func renewed(s *scheduler, ls *lease, ok bool, err error) {
+	switch {
+	case err == nil && ok:
+		ls.l.renewed(nil, true)
+	case err == nil:
+		cause := fmt.Errorf("%w: %q: renewal found it no longer ours", ErrLost, ls.l.key)
+		ls.l.renewed(cause, true)
+		ls.l.lose(cause, true)
+	default:
+		ls.l.renewed(err, true)
+		s.failed(ls, err)
+	}
+}
+
+// renewOne renews a lock on its own (Redlock, WithReplicas).
+func renewOne(s *scheduler, ls *lease) {
+	s.mu.Lock()
+	ttl, deadline := ls.ttl, ls.deadline()
+	s.mu.Unlock()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	ok, err := ls.l.extend(ctx, ttl)
+	renewed(s, ls, ok, err)
+}
+
+// lapsed ends the KeepAlives of a lock that no renewal reached Redis for
+// before its local deadline.
+func (heldLocks) lapsed(ls *lease, cause error) { ls.l.lose(cause, true) }
+
+// closed ends the KeepAlives of a lock whose Client closed.
+func (heldLocks) closed(ls *lease) {
+	ls.l.lose(fmt.Errorf("%w: %q: keep-alive ended by Close", ErrClosed, ls.l.key), false)
+}
+
+// learnDigests learns the digest of each extend script of leases that is
+// not known yet (once per process), so that their renewals go as EVALSHA.
+func learnDigests(ctx context.Context, rdb redis.UniversalClient, leases []*lease) {
+	for _, ls := range leases {
+		if script, keys, _ := ls.l.extendCall(0); script.digest() == nil {
+			script.known(ctx, rdb, keys[0])
+		}
+	}
+}
+
+// extendAll sends one pipeline of extends, one per lease, as EVALSHA (as
+// EVAL with eval, which loads the scripts), and returns their commands.
+func extendAll(ctx context.Context, rdb redis.UniversalClient, leases []*lease, ttls []time.Duration, eval bool) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(leases))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, ls := range leases {
+			script, keys, args := ls.l.extendCall(ttls[i].Milliseconds())
+			if eval {
+				cmds[i] = p.Eval(ctx, script.src, keys, args...)
+			} else {
+				cmds[i] = script.EvalSha(ctx, p, keys, args...)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		// Commands the pipeline never ran carry no reply: give them its error.
+		for _, cmd := range cmds {
+			if cmd.Err() == nil && cmd.Val() == nil {
+				cmd.SetErr(err)
+			}
+		}
+	}
+	return cmds
 }

@@ -2,6 +2,7 @@ package padlock
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,20 +21,20 @@ import (
 // until a look finds the key held.
 
 // A keyLook is one look at the keys of one slot and kind of value, and
-// the waiters (their leases) of each.
+// the waiters of each.
 type keyLook struct {
 	sets   bool // semaphores' sorted sets: EXISTS, else MGET
 	keys   []string
-	wakes  [][]*lease
+	wakes  [][]*waiter
 	values *redis.SliceCmd
 	exists *redis.IntCmd
 }
 
 type keyLooks []*keyLook
 
-// keyLooks groups the keys that the tickets of leases wait for: by slot
-// on a Cluster, and by kind of value.
-func (c *Client) keyLooks(leases []*lease) keyLooks {
+// keyLooksOf groups the keys that waiters ws wait for: by slot on a
+// Cluster, and by kind of value.
+func keyLooksOf(c *Client, ws []*waiter) keyLooks {
 	_, cluster := c.rdb.(*redis.ClusterClient)
 	type group struct {
 		slot uint16
@@ -46,11 +47,11 @@ func (c *Client) keyLooks(leases []*lease) keyLooks {
 	}
 	at := map[string]place{} // where a key is in its group
 	var looks keyLooks
-	for _, ls := range leases {
-		keys := ls.l.queueKeys()
+	for _, w := range ws {
+		keys := w.lock.queueKeys()
 		for i := 0; i < len(keys); i += 2 {
 			k := keys[i]
-			g := group{sets: ls.l.kind() == "n"}
+			g := group{sets: w.lock.kind() == "n"}
 			if cluster {
 				g.slot = slot(k)
 			}
@@ -67,7 +68,7 @@ func (c *Client) keyLooks(leases []*lease) keyLooks {
 				kl.keys = append(kl.keys, k)
 				kl.wakes = append(kl.wakes, nil)
 			}
-			kl.wakes[p.i] = append(kl.wakes[p.i], ls)
+			kl.wakes[p.i] = append(kl.wakes[p.i], w)
 		}
 	}
 	return looks
@@ -133,8 +134,8 @@ func (ks keyLooks) look(ctx context.Context, rdb redis.UniversalClient) map[stri
 // was last seen held; a key found there makes its waiters' next "free"
 // look count again.
 func (ks keyLooks) wakeFreed(c *Client, there map[string]bool) {
-	missing := func(ls *lease) bool {
-		keys := ls.l.queueKeys()
+	missing := func(w *waiter) bool {
+		keys := w.lock.queueKeys()
 		for i := 0; i < len(keys); i += 2 {
 			if found, ok := there[keys[i]]; !ok || found {
 				return false
@@ -152,17 +153,149 @@ func (ks keyLooks) wakeFreed(c *Client, there map[string]bool) {
 				continue
 			}
 			woken := false // one is enough: its attempt serves the queue
-			for _, ls := range kl.wakes[i] {
+			for _, w := range kl.wakes[i] {
 				switch {
 				case found:
-					ls.w.free = false
-				case woken || ls.w.removed || ls.w.free || !missing(ls):
+					w.free = false
+				case woken || w.removed || w.free || !missing(w):
 				default:
-					ls.w.free = true // until its attempt says
-					signal(ls.w.wake)
+					w.free = true // until its attempt says
+					signal(w.wake)
 					woken = true
 				}
 			}
 		}
 	}
 }
+
+// tickets renews the waiters' tickets of a Client, as the renewer of
+// their leases in its scheduler: a ticket is renewed at half its life,
+// and every ticket due about then in one pipeline, which also looks at
+// the keys they wait for.
+type tickets struct{ c *Client }
+
+// queued records that a call sent at sent found or made w's ticket in
+// Redis, and keeps the ticket renewed.
+func (c *Client) queued(w *waiter, sent time.Time) {
+	n := &c.notify
+	n.mu.Lock()
+	if w.removed {
+		n.mu.Unlock()
+		return
+	}
+	w.queued = true
+	if sent.After(w.alive) {
+		w.alive = sent
+	}
+	var fresh *lease
+	if w.lease == nil {
+		fresh = &lease{l: w.lock, r: tickets{c}, every: 2, ttl: ticketLifeFor(w.lock.ttl), sent: sent}
+		n.setLeaseLocked(w, fresh)
+	}
+	n.mu.Unlock()
+	if fresh == nil {
+		return
+	}
+	c.sched.add(fresh)
+	n.mu.Lock()
+	gone := w.removed || w.lease != fresh
+	n.mu.Unlock()
+	if gone {
+		c.sched.remove(fresh) // it stopped waiting meanwhile
+	}
+}
+
+// setLeaseLocked makes ls (nil: none) the lease of w's ticket, and returns
+// the one it had. The notifier's mu must be held.
+func (n *notifier) setLeaseLocked(w *waiter, ls *lease) *lease {
+	old := w.lease
+	if old != nil {
+		delete(n.tickets, old)
+	}
+	w.lease = ls
+	if ls != nil {
+		if n.tickets == nil {
+			n.tickets = make(map[*lease]*waiter)
+		}
+		n.tickets[ls] = w
+	}
+	return old
+}
+
+// renewAll renews the tickets of leases in one pipeline, looks at the keys
+// they wait for, and settles each: renewed, gone (granted, or lapsed: its
+// waiter attempts), or to retry.
+func (t tickets) renewAll(s *scheduler, leases []*lease) {
+	c, n := t.c, &t.c.notify
+	ctx, cancel := context.WithTimeout(context.Background(), leases[0].ttl/2)
+	defer cancel()
+	type renewal struct {
+		ls  *lease
+		w   *waiter
+		cmd *redis.BoolCmd
+	}
+	rs := make([]renewal, 0, len(leases))
+	n.mu.Lock()
+	for _, ls := range leases {
+		if w := n.tickets[ls]; w != nil {
+			rs = append(rs, renewal{ls: ls, w: w})
+		}
+	}
+	ws := make([]*waiter, len(rs))
+	toks := make([]string, len(rs))
+	for i, r := range rs {
+		ws[i], toks[i] = r.w, r.w.token
+	}
+	n.mu.Unlock()
+	sent := time.Now()
+	looks := keyLooksOf(c, ws)
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		looks.send(ctx, p)
+		queues := map[string]bool{}
+		for i := range rs {
+			keys := rs[i].ls.l.queueKeys()
+			rs[i].cmd = p.PExpire(ctx, rs[i].ls.l.ticketKey(toks[i]), rs[i].ls.ttl)
+			for j := 1; j < len(keys); j += 2 {
+				if !queues[keys[j]] {
+					queues[keys[j]] = true
+					p.PExpire(ctx, keys[j], queueLife)
+				}
+			}
+		}
+		return nil
+	})
+	looks.wakeFreed(c, looks.look(ctx, c.rdb))
+	for _, r := range rs {
+		ok, err := r.cmd.Result()
+		switch {
+		case err == nil && ok:
+			c.queued(r.w, sent)
+			s.renewedAt(r.ls, sent, r.ls.ttl)
+		case err == nil:
+			t.lapsed(r.ls, nil)
+		default:
+			s.failed(r.ls, err)
+		}
+	}
+}
+
+// lapsed handles a ticket that is no longer in Redis (granted, or
+// skipped), or no longer renewed: its renewals stop, and its waiter
+// attempts, which tells (and queues it again if need be).
+func (t tickets) lapsed(ls *lease, _ error) {
+	c := t.c
+	c.sched.remove(ls)
+	n := &c.notify
+	n.mu.Lock()
+	w := n.tickets[ls]
+	if w != nil && w.lease == ls {
+		n.setLeaseLocked(w, nil)
+	}
+	n.mu.Unlock()
+	if w != nil {
+		signal(w.wake)
+	}
+}
+
+// closed does nothing: Close wakes the waiter, which returns ErrClosed.
+func (tickets) closed(*lease) {}

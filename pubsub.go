@@ -3,6 +3,7 @@ package padlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"slices"
@@ -25,9 +26,6 @@ import (
 // the server has sharded pub/sub, so that only the key's shard hears it;
 // PUBLISH otherwise.
 
-// errAlreadySubscribed: someone else subscribed the channel.
-var errAlreadySubscribed = errors.New("padlock: already subscribed")
-
 // releasedMsg is the payload of a release notification.
 const releasedMsg = "released"
 
@@ -46,40 +44,6 @@ const subscriberLinger = 200 * time.Millisecond
 // waits for their tickets' renewals.
 const pubsubQuiet = 5 * time.Second
 
-// A waiter is one Acquire call waiting in its key's queue in this Client.
-// The fields after obs are under the notifier's mu.
-type waiter struct {
-	key   string        // its queue's key (a multi-key lock's first key)
-	lock  *Lock         // the waiting Lock
-	wake  chan struct{} // attempt now: a release was announced, the head before us gave up, its ticket is gone, Close
-	turn  chan struct{} // it became the first of its key's waiters here
-	grant chan grant    // the one way to wait: the lock was granted to it (nil on the attempt path)
-	obs   *Observer     // the waiting Lock's observer, or nil
-
-	token     string // the waiting Lock's token
-	handedOff bool   // its observer was told of a grant
-
-	// The one way to wait (see wait.go).
-	ticket    string    // its ticket, as the scripts read it
-	queued    bool      // a call found or made its ticket in Redis
-	sent      bool      // a call that may make its ticket was sent (its outcome may be unknown)
-	alive     time.Time // when the latest such call was sent: a grant came after it
-	lease     *lease    // its ticket's renewal in the scheduler
-	pending   bool      // to be queued by the release of a Lock of this Client that holds the key
-	holdUntil time.Time // while pending: when that Lock expires
-	carried   bool      // a release in flight is queueing it
-	removed   bool      // it stopped waiting
-	expires   time.Time // when what keeps it out expires, as far as it knows (zero: unknown)
-	free      bool      // its last look found what it waits for free, but waiters ahead of it
-}
-
-// A keyQueue is one key's waiters in this Client, first come first.
-type keyQueue struct {
-	waiters    []*waiter
-	subscribed bool                // its channel is subscribed (or being subscribed)
-	holders    map[*Lock]time.Time // Locks of this Client that got the key by waiting, to their deadlines (see wait.go)
-}
-
 // A subscriber is one pub/sub connection and the goroutine reading it.
 type subscriber struct {
 	node    redis.UniversalClient
@@ -95,161 +59,34 @@ type subscriber struct {
 	closed bool
 }
 
-// notifier is the Client's state for waiting and notifications.
-type notifier struct {
-	mu      sync.Mutex
-	closed  bool
-	queues  map[string]*keyQueue
-	tokens  map[string]*waiter     // the one way's waiters, by token
-	subs    map[string]*subscriber // by routing group, see group
-	sharded int                    // 0 unknown, 1 sharded pub/sub works, -1 it does not
-	id      string                 // this Client's name in its tickets (see handChannel)
-	quiet   time.Duration          // pubsubQuiet (shorter in tests), set before any subscriber starts
-}
-
-// enqueue adds a waiter for key at the tail of its queue, for the attempt
-// path. It reports whether the waiter is the head (and so may attempt at
-// once).
-func (c *Client) enqueue(key, token string, obs *Observer) (*waiter, bool, error) {
-	w := &waiter{key: key, token: token, obs: obs, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1)}
-	q, err := c.queueFor(key)
-	if err != nil {
-		return nil, false, err
-	}
-	defer c.notify.mu.Unlock()
-	q.waiters = append(q.waiters, w)
-	return w, len(q.waiters) == 1, nil
-}
-
-// queueFor returns key's queue, made if needed, with the notifier's mu
-// held for the caller to unlock; or ErrClosed, with it unlocked.
-func (c *Client) queueFor(key string) (*keyQueue, error) {
-	n := &c.notify
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if n.queues == nil {
-		n.queues = make(map[string]*keyQueue)
-	}
-	q := n.queues[key]
-	if q == nil {
-		q = &keyQueue{}
-		n.queues[key] = q
-	}
-	return q, nil
-}
-
-// dequeue removes w from its queue. If w was the head, the next waiter
-// becomes head; on the attempt path it is also woken to attempt at once if
-// w did not get the lock (it may be free). The last waiter out
-// unsubscribes the key.
-func (c *Client) dequeue(w *waiter, acquired bool) {
-	c.notify.mu.Lock()
-	defer c.notify.mu.Unlock()
-	c.dequeueLocked(w, acquired)
-}
-
-// dequeueLocked is dequeue with the notifier's mu held.
-func (c *Client) dequeueLocked(w *waiter, acquired bool) {
-	n := &c.notify
-	q := n.queues[w.key]
-	if q == nil {
-		return
-	}
-	i := slices.Index(q.waiters, w)
-	if i < 0 {
-		return
-	}
-	q.waiters = slices.Delete(q.waiters, i, i+1)
-	if i == 0 && len(q.waiters) > 0 {
-		next := q.waiters[0]
-		signal(next.turn)
-		if !acquired && w.grant == nil { // on the attempt path
-			signal(next.wake)
-		}
-	}
-	if len(q.waiters) == 0 {
-		delete(n.queues, w.key)
-		if q.subscribed {
-			c.unsubscribeLocked()
-		}
-	}
-}
-
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-// received handles a message on channel: a grant to one of this Client's
-// waiters ("<token> <fence>"), or a release of the key (wake its head).
-func (n *notifier) received(channel, msg string) {
-	n.mu.Lock()
-	if msg != releasedMsg {
-		var handed func()
-		if tok, fence, ok := parseGrant(msg); ok {
-			handed = n.grantLocked(tok, grant{fence: fence})
-		}
-		n.mu.Unlock()
-		if handed != nil {
-			handed()
-		}
-		return
-	}
-	if q := n.queues[channel]; q != nil && len(q.waiters) > 0 {
-		signal(q.waiters[0].wake)
-	}
-	n.mu.Unlock()
-}
-
-// wakeAll wakes every waiter to attempt: messages may have been lost.
-func (n *notifier) wakeAll() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, q := range n.queues {
-		for _, w := range q.waiters {
-			signal(w.wake)
-		}
-	}
-}
-
 // subscribe makes sure key's channel is subscribed, and for a new
 // connection waits (up to subscribeTimeout, or ctx) for Redis to confirm
 // it. It reports whether this call subscribed the channel; on failure the
 // waiters rely on their timers alone.
 func (c *Client) subscribe(ctx context.Context, key string) bool {
-	return c.trySubscribe(ctx, key) == nil
-}
-
-func (c *Client) trySubscribe(ctx context.Context, key string) error {
 	n := &c.notify
 	n.mu.Lock()
 	q := n.queues[key]
 	if n.closed || q == nil || q.subscribed {
 		n.mu.Unlock()
-		return errAlreadySubscribed
+		return false // someone else subscribed it
 	}
 	q.subscribed = true
 	n.mu.Unlock()
 
 	nodes := c.pubsubNodes()
-	var errs []error
+	ok := false
 	for i, node := range nodes {
-		if err := c.subscribeOn(ctx, groupOn(i), node, key, q); err != nil {
-			errs = append(errs, err)
+		if c.subscribeOn(ctx, groupOn(i), node, key, q) == nil {
+			ok = true
 		}
 	}
-	if len(errs) == len(nodes) {
+	if !ok {
 		n.mu.Lock()
 		q.subscribed = false
 		n.mu.Unlock()
-		return errors.Join(errs...)
 	}
-	return nil
+	return ok
 }
 
 // pubsubNodes are the servers whose releases a waiter listens to: every
@@ -290,7 +127,7 @@ func (c *Client) subscribeOn(ctx context.Context, g string, node redis.Universal
 			// Closed, or the key's waiters all left meanwhile.
 			n.mu.Unlock()
 			fresh.close()
-			return errAlreadySubscribed
+			return fmt.Errorf("padlock: no waiter left for %q", key)
 		case n.subs[g] == nil:
 			if n.subs == nil {
 				n.subs = make(map[string]*subscriber)
@@ -605,58 +442,4 @@ func (n *notifier) anySubscribedLocked() bool {
 		}
 	}
 	return false
-}
-
-// closeAll marks the notifier closed, wakes every waiter, and closes every
-// subscriber, waiting for their readers.
-func (n *notifier) closeAll() {
-	n.mu.Lock()
-	n.closed = true
-	for _, q := range n.queues {
-		for _, w := range q.waiters {
-			signal(w.wake)
-			signal(w.turn)
-		}
-	}
-	subs := n.subs
-	n.subs = nil
-	for _, s := range subs {
-		if s.idle != nil {
-			s.idle.Stop()
-			s.idle = nil
-		}
-	}
-	n.mu.Unlock()
-	for _, s := range subs {
-		s.close()
-	}
-}
-
-func (n *notifier) isClosed() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.closed
-}
-
-// Close ends the Client's background work and waits for its goroutines to
-// exit: every Acquire or Do waiting on it returns ErrClosed, every
-// KeepAlive of its locks ends with cause ErrClosed (renewing stops; the
-// locks stay held in Redis until released or expired), and every Observe
-// of it closes its channel. Releases that could not reach Redis and were
-// being retried in the background (see Lock.Release) are abandoned: those
-// locks expire by their ttl. It does not release any lock and does not
-// close the go-redis client. Later calls that wait or keep alive return
-// ErrClosed; Release still works. Close is idempotent and always returns
-// nil.
-func (c *Client) Close() error {
-	if c == nil {
-		return nil
-	}
-	c.notify.closeAll()
-	c.sched.close()
-	c.calls.wait()
-	c.nodeCalls.close()
-	c.end()
-	c.observers.close()
-	return nil
 }
