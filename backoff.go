@@ -30,20 +30,6 @@ func ExponentialBackoff(lo, hi time.Duration) Backoff {
 	}
 }
 
-// waitTime is how long Acquire sleeps after failed attempt number attempt,
-// when the holder's lock has pttl left (negative if unknown): the backoff,
-// but no longer than it takes the lock to expire, plus up to 2ms of jitter
-// so that waiters woken by the same expiry do not all retry at once.
-func waitTime(b Backoff, attempt int, pttl time.Duration) time.Duration {
-	d := b(attempt)
-	if pttl >= 0 {
-		if e := pttl + rand.N(2*time.Millisecond); e < d {
-			d = e
-		}
-	}
-	return d
-}
-
 // sleep waits for d, or until ctx ends, and then returns ctx's error.
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

@@ -92,7 +92,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 // said).
 func resumedAs(kind string, limit int, fenced bool) Option {
 	return optionFunc(func(o *options) {
-		o.shared, o.limitSet, o.limit = kind == "s", kind == "n", limit
+		o.shared, o.limitSet, o.limit = kind == kindShared, kind == kindPlace, limit
 		o.fencing = fenced
 	})
 }
@@ -160,7 +160,7 @@ func (c *Client) redlockResume(ctx context.Context, key, token string, opts []Op
 	mu.Lock()
 	_, meta := splitValue(value)
 	mu.Unlock()
-	opts = append(opts[:len(opts):len(opts)], WithToken(token), WithMetadata(meta), resumedAs("x", 0, false))
+	opts = append(opts[:len(opts):len(opts)], WithToken(token), WithMetadata(meta), resumedAs(kindLock, 0, false))
 	l, _, err := c.newLock(ctx, key, time.Duration(ms)*time.Millisecond, opts)
 	if err != nil {
 		return nil, err

@@ -51,7 +51,7 @@ func keyLooksOf(c *Client, ws []*waiter) keyLooks {
 		keys := w.lock.queueKeys()
 		for i := 0; i < len(keys); i += 2 {
 			k := keys[i]
-			g := group{sets: w.lock.kind() == "n"}
+			g := group{sets: w.lock.kind() == kindPlace}
 			if cluster {
 				g.slot = slot(k)
 			}
