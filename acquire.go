@@ -298,8 +298,8 @@ func isRedisError(err error) bool {
 }
 
 // attemptWith runs one acquire attempt of l through run, a script that
-// replies {1, fence} when l is acquired and {0, ms} when not (wait.lua,
-// count.lua), on l's writer. It returns like attempt: on success it
+// replies {1, fence} when l is acquired and {code, ms} when not
+// (wait.lua), on l's writer. It returns like attempt: on success it
 // records the acquire (waiting for replicas with WithReplicas); when not
 // acquired, ErrNotAcquired and the script's ms. When the outcome is
 // unknown (a lost reply) it releases what it may have taken.

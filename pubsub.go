@@ -359,7 +359,8 @@ func (s *subscriber) confirmed(ps *redis.PubSub, m *redis.Subscription) {
 // checks that it listens on the primary (see heard).
 const failoverProbe = time.Second
 
-// probeMsg is the message of heard: no grant (see parseGrant).
+// probeMsg is the message of heard: neither a grant nor a hint (see
+// parseMessage).
 const probeMsg = "padlock-probe"
 
 // heard reports whether s's connection listens where the Client's commands

@@ -381,7 +381,7 @@ func handChannel(key, id string) string {
 
 // channels are the channels a Client listens on for key: its own channel
 // for the key on the one way to wait, or the key's own on the attempt path
-// (see notify.go).
+// (see pubsub.go).
 func (c *Client) channels(key string) []string {
 	if c.nodes != nil || !queueable(key) {
 		return []string{key}

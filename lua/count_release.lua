@@ -2,9 +2,9 @@
 -- grant.lua): KEYS[1] the key, KEYS[2] its queue; ARGV[1] the holder's
 -- value, ARGV[2] 's' (shared) or 'n' (semaphore), ARGV[3] the releasing
 -- client, ARGV[4] how long a ticket lives (ms), ARGV[5] flags as in
--- release.lua ('m' may be held for a minimum, 'u' undo), then waiters to queue
--- first, as in release.lua. It serves the queue. A holder kept for its
--- minimum (see token.lua) stays until the minimum ends instead.
+-- release.lua ('m' may be held for a minimum, 'u' undo), then waiters to
+-- queue first, as in release.lua. It serves the queue. A holder kept for
+-- its minimum (see token.lua) stays until the minimum ends instead.
 -- Returns {1, grants, hints} (as release.lua's) if the value was a
 -- holder, {0} if not (expired, or released).
 --@grant

@@ -1,6 +1,6 @@
 -- grant.lua: the one way to wait, shared by wait.lua, release.lua,
--- count_release.lua, leave.lua and release_many.lua (scripts.go puts it
--- in front of them, or at their line "--@grant").
+-- count_release.lua, count_extend.lua, leave.lua, break.lua and
+-- resume.lua (scripts.go inserts it at their line "--@grant").
 --
 -- A key K has holders and a queue Q (a sorted set, by arrival in ms) of
 -- tickets. A ticket is a key of its own, P .. 't:' .. token (P: the prefix

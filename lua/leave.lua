@@ -1,11 +1,11 @@
 -- leave.lua: a waiter gives up (see grant.lua). KEYS as in wait.lua;
--- ARGV[1] its ticket (see grant.lua's parse), ARGV[2] how long Redis remembers that it
--- left (ms), ARGV[3] 'keep' or 'pass'. Its ticket becomes '-' (so that no
--- call queues it again), it leaves every queue, and, with 'pass', what was
--- granted to it meanwhile is passed on at once, as an undone acquire
--- would, minimum or not ('keep': a
--- chosen token that may have held the key before it waited keeps it, for
--- its holders to release). Returns {1 if it passed something on, else 0,
+-- ARGV[1] its ticket (see grant.lua's parse), ARGV[2] how long Redis
+-- remembers that it left (ms), ARGV[3] 'keep' or 'pass'. Its ticket
+-- becomes '-' (so that no call queues it again) and it leaves every
+-- queue. With 'pass', what was granted to it meanwhile is passed on at
+-- once, as an undone acquire would, minimum or not; with 'keep', a chosen
+-- token that may have held the key before it waited keeps it, for its
+-- holders to release. Returns {1 if it passed something on, else 0,
 -- grants, hints}, the news for the client's waiters as in release.lua.
 --@grant
 local w = parse(ARGV[1])

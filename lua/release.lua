@@ -5,10 +5,9 @@
 -- taken with a fence (its record goes too: see token.lua's recordFence),
 -- 'm' for one that may be held for a minimum (see token.lua: taken with
 -- one, or by a chosen token), 'u' to undo an acquire (free the key even
--- before its minimum); then
--- pairs of token and ticket (see grant.lua's parse) of the client's
--- waiters for the key that no call has queued yet: they are queued first,
--- unless they left meanwhile.
+-- before its minimum); then pairs of token and ticket (see grant.lua's
+-- parse) of the client's waiters for the key that no call has queued
+-- yet: they are queued first, unless they left meanwhile.
 --
 -- It deletes every key that still holds the value's token (the value up
 -- to its first space) and serves the queues; a key held for its minimum

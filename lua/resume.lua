@@ -5,8 +5,8 @@
 -- Returns {kind, value, ms, fence, limit}: kind 'x' a lock, 's' a shared
 -- hold, 'n' a place of a semaphore of limit places; value what the key
 -- (or the holders) hold for the token; ms the time it has left; fence the
--- holder's fence, false if it took none. {} when
--- the token holds nothing of the key.
+-- holder's fence, false if it took none. {} when the token holds nothing
+-- of the key. It uses grant.lua's functions to read the holders.
 --@grant
 local K, tok = KEYS[1], ARGV[1]
 local kind = redis.call('TYPE', K)['ok']
