@@ -29,6 +29,12 @@ import (
 // waiter that comes while a Lock the Client got by waiting holds the key
 // makes no round trip of its own: that Lock's release queues it first
 // (pending), unless pendingMax passes before.
+//
+// Redlock's locks (independent nodes cannot grant in one script) and keys
+// with a brace but no hash tag (they can have no side key in their slot)
+// cannot queue in Redis. They wait in the same loop, inside their Client
+// only: its first waiter for the key attempts when a release is announced
+// on the key's channel, when the holder would expire, or on its backoff.
 
 // Tickets and how long they live.
 const (
