@@ -302,6 +302,7 @@ func TestCheckWithoutInfoOrConfig(t *testing.T) {
 // A replica attached to the primary, and no WithReplicas: a warning that a
 // failover can lose a lock. With WithReplicas(1), none.
 func TestCheckReplicas(t *testing.T) {
+	longOnly(t)
 	t.Parallel()
 	srv := redistest.Start(t)
 	redistest.StartReplica(t, srv)
@@ -448,6 +449,7 @@ func TestCheckErrors(t *testing.T) {
 // appendfsync no, a key pattern that does not admit the key, a waiter
 // queued on the key (in use), a failover client named by its address.
 func TestCheckMoreFindings(t *testing.T) {
+	longOnly(t)
 	t.Parallel()
 	srv := redistest.Start(t)
 	replica := redistest.StartReplica(t, srv)

@@ -122,6 +122,7 @@ func TestClusterOperations(t *testing.T) {
 // nothing but go-redis following the redirect: its lease goes on, it
 // releases normally, and fences keep going up.
 func TestClusterSlotMovesWhileHeld(t *testing.T) {
+	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	nodes, cc := startCluster(t)
 	ctx := t.Context()
@@ -154,6 +155,7 @@ func TestClusterSlotMovesWhileHeld(t *testing.T) {
 // their releases. A waiter whose key's slot moves to another master while
 // it waits is still told of its grant by the release on the new owner.
 func TestClusterWaitersShareOneConnection(t *testing.T) {
+	longOnly(t)
 	t.Parallel()
 	nodes, cc := startCluster(t)
 	ctx := t.Context()

@@ -35,6 +35,7 @@ func campaignLater(t *testing.T, c *padlock.Client, ctx context.Context, key str
 // Three candidates run Lead for a few seconds, each giving up the lead
 // after a short term: one leads at a time, and the terms go up.
 func TestElectionOneLeaderAtATime(t *testing.T) {
+	t.Parallel() // mostly waits
 	e := newReal(t, nil)
 	cs := moreClients(t, e, 3)
 	var (
@@ -123,6 +124,7 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 // A leader whose connection is blackholed: the next candidate leads within
 // ttl + 1s, and the old one's Context ends with ErrLost by its deadline.
 func TestLeaderBlackholed(t *testing.T) {
+	t.Parallel() // mostly waits
 	e := newReal(t, nil)
 	p, err := faultproxy.Start(e.srv.Addr())
 	require.NoError(t, err)
@@ -287,6 +289,7 @@ func TestLead(t *testing.T) {
 // The election on a Cluster (for keys on every master) and with
 // WithReplicas; Resume and Break on a Cluster too.
 func TestElectionOnClusterAndReplicas(t *testing.T) {
+	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	_, cc := startCluster(t)
 	ctx := t.Context()

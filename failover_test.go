@@ -34,6 +34,7 @@ func role(t *testing.T, rdb *redis.Client) string {
 // the new master. The lease is not lost, no Acquire fails with MOVED, and
 // every waiter is served within a second of each release.
 func TestClusterFailoverKeepsAWithReplicasLease(t *testing.T) {
+	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	primary := redistest.StartCluster(t)
 	replica := redistest.StartClusterReplica(t, primary)
@@ -105,6 +106,7 @@ func TestClusterFailoverKeepsAWithReplicasLease(t *testing.T) {
 // first of 20 waiters of another Client is served within 300ms of the
 // release, and all 20 in turn, each within 300ms of the one before.
 func TestSentinelFailoverMovesTheSubscription(t *testing.T) {
+	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	primary := redistest.Start(t)
 	replica := redistest.StartReplica(t, primary)
@@ -190,6 +192,7 @@ type hold struct {
 // lacked: holds never overlap and fences never go back, across the
 // failovers (one; three in the long mode), and every Acquire returns.
 func TestSentinelLossyFailoverWithReplicas(t *testing.T) {
+	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	rounds := 1
 	if longRun() {

@@ -43,6 +43,16 @@ func TestMain(m *testing.M) {
 // every path, with shorter runs and smaller counts.
 func longRun() bool { return os.Getenv("PADLOCK_LONG") != "" }
 
+// longOnly skips t unless the long mode is on: it is one of the slow
+// tests (clusters, replicas, Sentinel, slow nodes, workloads of seconds),
+// which CI runs; the default run stays under a minute.
+func longOnly(t *testing.T) {
+	t.Helper()
+	if !longRun() {
+		t.Skip("slow: runs in the long mode (PADLOCK_LONG=1, as in CI)")
+	}
+}
+
 // fenceKey, queueKey and ticketKey name the side keys of a key without
 // braces, as the README documents them: they begin with the key, and their
 // hash tag is the whole key.

@@ -96,6 +96,7 @@ func TestWithMaxHoldBadInput(t *testing.T) {
 // WithMinHold(1s) on every instance's tick: 5 Clients each run TryDo with
 // a 20ms job every 100ms for 5s, and the job runs once per second in all.
 func TestWithMinHoldRunsOncePerInterval(t *testing.T) {
+	longOnly(t)
 	const minHold, tick, span = time.Second, 100 * time.Millisecond, 5 * time.Second
 	e := newReal(t, nil)
 	type run struct{ sent, started time.Time }

@@ -158,6 +158,7 @@ func assertLostByDeadline(t *testing.T, at, deadline time.Time) {
 }
 
 func TestKeepAliveSurvivesARestartWithPersistence(t *testing.T) {
+	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	e := newReal(t, []redistest.Option{redistest.WithAOF()})
 	l, err := e.c.TryAcquire(e.ctx, e.key, 3*time.Second, padlock.WithFencing())
@@ -386,6 +387,7 @@ func TestDoWaitsForTheHolder(t *testing.T) {
 // one was early, carrying what came early while the last was in flight:
 // some 60.)
 func TestManyLeasesShareRoundTrips(t *testing.T) {
+	longOnly(t)
 	e := newReal(t, nil)
 	const n, ttl = 2000, time.Second
 	require.NoError(t, e.rdb.Ping(e.ctx).Err())

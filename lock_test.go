@@ -298,6 +298,7 @@ func TestFenceKeyNames(t *testing.T) {
 // On a cluster the fence counter must share the lock key's slot, or the
 // acquire script fails with CROSSSLOT.
 func TestFenceKeyStaysInTheKeysSlot(t *testing.T) {
+	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	srv := redistest.StartCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}})

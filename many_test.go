@@ -98,6 +98,7 @@ func TestAcquireManyBadInput(t *testing.T) {
 // On a cluster the keys of one lock must share a slot: a clear error
 // before any round trip, naming the fix; with a common hash tag it works.
 func TestAcquireManyOnACluster(t *testing.T) {
+	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	_, cc := startCluster(t)
 	ctx := t.Context()

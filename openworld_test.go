@@ -149,6 +149,7 @@ func TestWaitersServedWhenSomethingElseFreesTheKey(t *testing.T) {
 // Readers hold a key that a writer waits for; an operator deletes the key
 // (its marker): the writer is served, as Redis says the key is free.
 func TestAWriterIsServedWhenReadersKeyIsDeleted(t *testing.T) {
+	t.Parallel() // mostly waits
 	e := newReal(t, nil)
 	freedWaiters(t, e, e.key, 1, nil,
 		func() {
@@ -161,6 +162,7 @@ func TestAWriterIsServedWhenReadersKeyIsDeleted(t *testing.T) {
 // A multi-key lock waits for two keys; one is freed by padlock, the other
 // by an operator's DEL.
 func TestAMultiKeyWaiterIsServedWhenAKeyIsDeleted(t *testing.T) {
+	t.Parallel() // mostly waits
 	e := newReal(t, nil)
 	keys := []string{"{" + e.key + "}:a", "{" + e.key + "}:b"}
 	require.NoError(t, e.raw.Set(t.Context(), keys[1], "by hand", 0).Err())
@@ -265,6 +267,7 @@ func TestAWaitThatEndsSaysWhatItSaw(t *testing.T) {
 // 200 idle waiters on 200 keys, each key then deleted by hand: all served
 // within the bound.
 func TestManyIdleWaitersServedAfterAPlainDEL(t *testing.T) {
+	t.Parallel() // mostly waits
 	e := newReal(t, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -300,6 +303,7 @@ func TestManyIdleWaitersServedAfterAPlainDEL(t *testing.T) {
 // The same on a Cluster of 3 masters: a key deleted by hand on each master
 // (the renewal counts each slot's keys apart), with waiters of every kind.
 func TestClusterWaitersServedAfterAPlainDEL(t *testing.T) {
+	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	_, cc := startCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -362,6 +366,7 @@ func TestRedlockWaiterServedAfterAPlainDEL(t *testing.T) {
 // With WithReplicas, a waiter is served the same way after an operator's
 // DEL on the primary.
 func TestAWithReplicasWaiterServedAfterAPlainDEL(t *testing.T) {
+	longOnly(t)
 	t.Parallel()
 	e := newReal(t, nil)
 	redistest.StartReplica(t, e.srv)
@@ -379,6 +384,7 @@ func TestAWithReplicasWaiterServedAfterAPlainDEL(t *testing.T) {
 // that found it free behind others is not woken again until a look finds
 // the key held, and a multi-key waiter only when all its keys are free.
 func TestAFreeKeyBehindAnotherIsNotAttemptedOverAndOver(t *testing.T) {
+	longOnly(t)
 	e := newReal(t, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

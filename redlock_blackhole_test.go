@@ -14,6 +14,7 @@ import (
 // taken, and released, while four nodes answer (before, every call waited
 // for the blackholed node: go-redis's ReadTimeout, 3s).
 func TestRedlockCallsDoNotWaitForABlackholedNode(t *testing.T) {
+	longOnly(t)
 	t.Parallel()
 	clients, _, proxies := proxiedNodes(t, 5, 1)
 	bh := proxies[0]

@@ -83,6 +83,7 @@ func TestRedlockQuorumOverEverySubset(t *testing.T) {
 // Killing one, then two of five nodes during a lease keeps it (a quorum of
 // three remains); killing a third loses it.
 func TestRedlockSurvivesAMinority(t *testing.T) {
+	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	e := startRedlock(t, 5)
 	ctx := t.Context()
@@ -149,6 +150,7 @@ func TestRedlockWaitersAreWokenAndFencingIsRefused(t *testing.T) {
 // replies), twenty kept-alive locks are not lost; with a third, every one
 // ends with ErrLost by its local deadline.
 func TestRedlockRenewalsDoNotWaitForASlowNode(t *testing.T) {
+	longOnly(t)
 	t.Parallel()
 	clients, _, proxies := proxiedNodes(t, 5, 5)
 	c := padlock.NewRedlock(clients)

@@ -70,6 +70,7 @@ func TestWithReplicasBadInput(t *testing.T) {
 // Client's other leases: with the replica stopped, a plain 600ms lease of
 // the same Client is not held up, and not lost.
 func TestAReplicaWaitDoesNotHoldUpOtherLeases(t *testing.T) {
+	longOnly(t)
 	t.Parallel()
 	e := newReal(t, nil)
 	replica := redistest.StartReplica(t, e.srv)

@@ -181,12 +181,7 @@ func TestAcquireCancelledWhileHandedTheLock(t *testing.T) {
 		}()
 		<-waiting // queued, and done attempting
 		waitFor(t, e, 1)
-		second := make(chan *padlock.Lock, 1)
-		go func() {
-			l, err := other.Acquire(e.ctx, e.key, time.Minute, neverPoll)
-			assert.NoError(t, err)
-			second <- l
-		}()
+		second := acquireLater(e.ctx, other, e.key, time.Minute, neverPoll)
 		waitFor(t, e, 2)
 
 		require.NoError(t, holder.Release(e.ctx))
@@ -194,10 +189,10 @@ func TestAcquireCancelledWhileHandedTheLock(t *testing.T) {
 		require.ErrorIs(t, err, padlock.ErrNotAcquired)
 		require.ErrorIs(t, err, context.Canceled)
 		select {
-		case l := <-second:
-			require.NotNil(t, l)
-			assert.Equal(t, l.Token(), e.get(e.key), "the next waiter holds it")
-			require.NoError(t, l.Release(e.ctx))
+		case w := <-second:
+			require.NoError(t, w.err)
+			assert.Equal(t, w.l.Token(), e.get(e.key), "the next waiter holds it")
+			require.NoError(t, w.l.Release(e.ctx))
 		case <-time.After(5 * time.Second):
 			t.Fatal("the lock was not passed on (only that could wake the second waiter)")
 		}

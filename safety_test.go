@@ -420,6 +420,7 @@ func runLinWorkload(t *testing.T, fenced bool, limit int, d time.Duration) linRu
 // asynchronously: the primary hands out a lock before any replica has it,
 // so a failover in that window loses it (the limit docs/SAFETY.md states).
 func TestReplicaSeesTheLockOnlyOnceReplicated(t *testing.T) {
+	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	e := newReal(t, nil)
 	replica := redistest.StartReplica(t, e.srv)

@@ -81,7 +81,12 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 				continue
 			}
 		}
-		wt.subscribe(ctx)
+		if wt.subscribe(ctx) {
+			// A grant (or a release) between the attempt and the
+			// subscription went unheard: look again before waiting.
+			mustAttempt = true
+			continue
+		}
 		wt.tellWaiting(ctx)
 		var got *Lock
 		got, mustAttempt, err = wt.sleep(ctx)
@@ -154,17 +159,20 @@ func (wt *wait) step(ctx context.Context) (int64, time.Duration, error) {
 }
 
 // subscribe subscribes the key's channel, once, with notifications on and
-// unless a release of this Client is to queue it.
-func (wt *wait) subscribe(ctx context.Context) {
+// unless a release of this Client is to queue it. It reports whether this
+// call subscribed it: a grant (or a release) before then went unheard, so
+// the other waiters of the key here are woken to look again, and the
+// caller looks too.
+func (wt *wait) subscribe(ctx context.Context) bool {
 	if wt.subscribed || !wt.o.notify || wt.c.isPending(wt.w) {
-		return
+		return false
 	}
 	wt.subscribed = true
-	if wt.c.subscribe(ctx, wt.l.key) {
-		// A grant (or a release) between the attempts and the subscription
-		// went unheard: every waiter of the key here looks again.
-		wt.c.wakeKey(wt.w.key)
+	if !wt.c.subscribe(ctx, wt.l.key) {
+		return false
 	}
+	wt.c.wakeKey(wt.w.key, wt.w)
+	return true
 }
 
 // tellWaiting tells the observer, once, that the call waits.

@@ -177,6 +177,7 @@ func TestALostFirstAttemptLeaves(t *testing.T) {
 // A dead AcquireMany at the head of a free key's queue keeps the key's
 // waiters out only until its ticket lapses: they look again then.
 func TestADeadAcquireManyAtTheHeadLapses(t *testing.T) {
+	longOnly(t)
 	t.Parallel()
 	e := newReal(t, nil)
 	a, b := "{o}:a:"+e.key, "{o}:b:"+e.key

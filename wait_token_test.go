@@ -229,6 +229,7 @@ func TestChosenTokenWaitsAgainBehindItsOwnClient(t *testing.T) {
 // it takes the key once their grants and tickets run out, not at the end
 // of its context.
 func TestCarriedWaiterLooksWhenTheHolderExpires(t *testing.T) {
+	t.Parallel() // mostly waits
 	e := newReal(t, nil)
 	other := moreClients(t, e, 1)[0]
 	h, err := other.TryAcquire(e.ctx, e.key, time.Minute)

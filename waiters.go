@@ -148,13 +148,15 @@ func (c *Client) removeWaiter(w *waiter, acquired bool) (inRedis, queued bool) {
 	return inRedis, queued
 }
 
-// wakeKey wakes every waiter of key in this Client to attempt.
-func (c *Client) wakeKey(key string) {
+// wakeKey wakes every waiter of key in this Client but but to attempt.
+func (c *Client) wakeKey(key string, but *waiter) {
 	c.notify.mu.Lock()
 	defer c.notify.mu.Unlock()
 	if q := c.notify.queues[key]; q != nil {
 		for _, w := range q.waiters {
-			signal(w.wake)
+			if w != but {
+				signal(w.wake)
+			}
 		}
 	}
 }
