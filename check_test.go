@@ -333,6 +333,7 @@ func TestCheckReplicas(t *testing.T) {
 // A Cluster has a node entry per master, a Redlock one per node; the
 // cycle runs on both (without fencing on the Redlock).
 func TestCheckClusterAndRedlock(t *testing.T) {
+	longOnly(t)
 	t.Parallel()
 	t.Run("cluster", func(t *testing.T) {
 		t.Parallel()

@@ -25,12 +25,12 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild(mode)) // a lock holder in a child process (child_test.go)
 	}
 	// The parallel tests start servers of their own and mostly wait on
-	// them: run four at a time, not GOMAXPROCS, unless -parallel is given.
+	// them: run eight at a time, not GOMAXPROCS, unless -parallel is given.
 	flag.Parse()
 	parallelSet := false
 	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
 	if !parallelSet {
-		_ = flag.Set("test.parallel", "4")
+		_ = flag.Set("test.parallel", "8")
 	}
 	// go-redis (before v9.8) redials a server that refused connections
 	// from a goroutine of its own, which ends by itself within a second of

@@ -22,6 +22,7 @@ import (
 // Extend past the cap is ErrMaxHold. For a lock, a semaphore place, a
 // shared hold, and on Redlock.
 func TestWithMaxHold(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	const maxHold, ttl = 2 * time.Second, 600 * time.Millisecond
 	// run: holder takes key with hold, kept alive; waiter waits with wait.
 	run := func(t *testing.T, holder, waiter *padlock.Client, key string, hold, wait []padlock.Option) {
@@ -138,6 +139,7 @@ func TestWithMinHoldRunsOncePerInterval(t *testing.T) {
 // lock, a semaphore place, a shared hold, and on Redlock; and for a
 // release by another process (Resume).
 func TestReleaseUnderMinHold(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	const minHold, ttl = time.Second, 10 * time.Second
 	// run: holder takes key with hold and a minimum, and releaser (the
 	// holder, or another Client by Resume) releases it early; waiter waits

@@ -71,6 +71,7 @@ func freedWaiters(t *testing.T, e *env, key string, n int, opts []padlock.Option
 }
 
 func TestWaitersServedWhenSomethingElseFreesTheKey(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	e := newReal(t, nil)
 	raw := e.raw
 	// A compare-and-delete release that publishes nothing, as other
@@ -186,6 +187,7 @@ func TestAMultiKeyWaiterIsServedWhenAKeyIsDeleted(t *testing.T) {
 // The holder's key is evicted (allkeys-lru, memory full): its waiter is
 // served, whatever else the eviction took.
 func TestAWaiterIsServedWhenTheKeyIsEvicted(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	for _, k := range waitKinds {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
