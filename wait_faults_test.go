@@ -236,7 +236,13 @@ func TestAHalfOpenSubscriptionIsReplaced(t *testing.T) {
 	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	otherGot := acquireLater(wctx, c, other, time.Minute)
+	// A waiter sleeps once its observer hears WaitStart: it subscribed, and
+	// looked once more (no call of it is in flight on a connection that
+	// the freeze below would catch).
+	asleep := make(chan string, 2)
+	sleeping := padlock.WithObserver(&padlock.Observer{WaitStart: func(_ context.Context, key string) { asleep <- key }})
+	otherGot := acquireLater(wctx, c, other, time.Minute, sleeping)
+	require.Equal(t, other, <-asleep)
 	var first []string
 	require.Eventually(t, func() bool { first = subscribers(e); return len(first) == 1 }, 5*time.Second, 5*time.Millisecond,
 		"the waiter's Client subscribed")
@@ -250,9 +256,8 @@ func TestAHalfOpenSubscriptionIsReplaced(t *testing.T) {
 
 	l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
 	require.NoError(t, err)
-	got := acquireLater(e.ctx, c, e.key, time.Minute)
-	waitForOn(t, e.c, e.key, 1)
-	time.Sleep(50 * time.Millisecond) // its channel subscribed
+	got := acquireLater(e.ctx, c, e.key, time.Minute, sleeping)
+	require.Equal(t, e.key, <-asleep, "queued, its channel subscribed")
 	released := time.Now()
 	require.NoError(t, l.Release(e.ctx))
 	r := <-got
