@@ -185,8 +185,6 @@ func everyOperation(t *testing.T, s *matrixServer, newRDB func() *redis.Client) 
 		k := key + ":wake"
 		held, err := a.TryAcquire(ctx, k, 30*time.Second)
 		require.NoError(t, err)
-		// A backoff far longer than the test: only the release can wake it.
-		slow := padlock.WithBackoff(padlock.ExponentialBackoff(time.Minute, time.Minute))
 		got := make(chan error, 1)
 		go func() {
 			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -233,7 +231,6 @@ func everyOperation(t *testing.T, s *matrixServer, newRDB func() *redis.Client) 
 		k := key + ":local"
 		held, err := a.TryAcquire(ctx, k, 30*time.Second)
 		require.NoError(t, err)
-		slow := padlock.WithBackoff(padlock.ExponentialBackoff(time.Minute, time.Minute))
 		var wg sync.WaitGroup
 		defer wg.Wait() // the waiters end by their deadline, if nothing else
 		var mu sync.Mutex

@@ -142,7 +142,6 @@ func TestSemaphoreWaiterWokenByRelease(t *testing.T) {
 	other := padlock.New(e.raw)
 	defer other.Close()
 	one := padlock.WithLimit(1)
-	slow := padlock.WithBackoff(padlock.ExponentialBackoff(time.Minute, time.Minute))
 	for round := range 3 {
 		held, err := other.TryAcquire(e.ctx, e.key, 30*time.Second, one)
 		require.NoError(t, err)
@@ -320,7 +319,6 @@ func TestSharedWaitingWriterGoesFirst(t *testing.T) {
 	r2, err := other.TryAcquire(e.ctx, e.key, 30*time.Second, padlock.WithShared())
 	require.NoError(t, err)
 
-	slow := padlock.WithBackoff(padlock.ExponentialBackoff(time.Minute, time.Minute))
 	got := make(chan time.Time, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()

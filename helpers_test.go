@@ -6,12 +6,12 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/padlock-go/padlock"
@@ -134,46 +134,6 @@ func (e *env) pttl(key string) time.Duration {
 	return d
 }
 
-// counter is a go-redis hook that counts round trips (a pipeline is one)
-// and the commands sent.
-type counter struct {
-	passHook // dials and pipelines pass through
-	mu       sync.Mutex
-	trips    int
-	cmds     []string
-}
-
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.mu.Lock()
-		c.trips++
-		c.cmds = append(c.cmds, cmd.Name())
-		c.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.mu.Lock()
-		c.trips++
-		for _, cmd := range cmds {
-			c.cmds = append(c.cmds, cmd.Name())
-		}
-		c.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
-// reset zeroes the counts and returns what they were.
-func (c *counter) reset() (trips int, cmds []string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	trips, cmds = c.trips, c.cmds
-	c.trips, c.cmds = 0, nil
-	return trips, cmds
-}
-
 // waitDone waits for ctx to be done, failing the test after limit.
 func waitDone(t testing.TB, ctx context.Context, limit time.Duration) {
 	t.Helper()
@@ -206,15 +166,6 @@ func padlockGoroutines() int {
 	return count
 }
 
-// passHook is the part of a go-redis hook that lets dials and pipelines
-// through: a test hook embeds it and adds its ProcessHook.
-type passHook struct{}
-
-func (passHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (passHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // moreClients returns n Clients of their own on e's server, closed when
 // the test ends.
 func moreClients(t *testing.T, e *env, n int) []*padlock.Client {
@@ -229,4 +180,47 @@ func moreClients(t *testing.T, e *env, n int) []*padlock.Client {
 		cs = append(cs, c)
 	}
 	return cs
+}
+
+// slow is a backoff far longer than a test waits for a release: only
+// the release (its grant, or its announcement) can wake the waiter.
+var slow = padlock.WithBackoff(padlock.ExponentialBackoff(time.Minute, time.Minute))
+
+// neverPoll is a backoff so long that only a notification (or the
+// holder's ttl) can wake a waiter within a test.
+var neverPoll = padlock.WithBackoff(padlock.ExponentialBackoff(time.Hour, time.Hour))
+
+// waitFor waits until n clients wait in Redis for e.key.
+func waitFor(t *testing.T, e *env, n int) {
+	t.Helper()
+	waitForOn(t, e.c, e.key, n)
+}
+
+// waitForOn waits until n clients wait in Redis for key, as c sees it.
+func waitForOn(t *testing.T, c *padlock.Client, key string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		info, err := c.Inspect(t.Context(), key)
+		return err == nil && info.Waiting == n
+	}, 5*time.Second, 5*time.Millisecond, "%d waiters of %q queued", n, key)
+}
+
+// waited is what an Acquire in a goroutine returned.
+type waited struct {
+	l   *padlock.Lock
+	err error
+}
+
+// acquireLater runs Acquire in a goroutine and returns its result.
+func acquireLater(ctx context.Context, c *padlock.Client, key string, ttl time.Duration, opts ...padlock.Option) <-chan waited {
+	ch := make(chan waited, 1)
+	go func() {
+		l, err := c.Acquire(ctx, key, ttl, opts...)
+		ch <- waited{l, err}
+	}()
+	return ch
+}
+
+func isScript(cmd redis.Cmder) bool {
+	return cmd.Name() == "evalsha" || cmd.Name() == "eval"
 }

@@ -73,23 +73,6 @@ func TestAcquireRetrySeesItsOwnToken(t *testing.T) {
 	})
 }
 
-// replay is a hook that runs the first successful script call twice, as a
-// server sees a command that a client retried after losing its reply.
-type replay struct {
-	passHook // dials and pipelines pass through
-	mu       sync.Mutex
-	done     bool
-}
-
-func (r *replay) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if err := next(ctx, cmd); err != nil || !isScript(cmd) || !r.first() {
-			return err
-		}
-		return next(ctx, cmd)
-	}
-}
-
 func (r *replay) first() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -98,28 +81,7 @@ func (r *replay) first() bool {
 	return first
 }
 
-func isScript(cmd redis.Cmder) bool {
-	return cmd.Name() == "evalsha" || cmd.Name() == "eval"
-}
-
-// lostReply is a hook that runs the first successful script call, then
-// reports a network error instead of its reply.
-type lostReply struct {
-	passHook // dials and pipelines pass through
-	replay
-}
-
 var errLostReply = errors.New("test: reply lost")
-
-func (r *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if err := next(ctx, cmd); err != nil || !isScript(cmd) || !r.first() {
-			return err
-		}
-		cmd.SetErr(errLostReply)
-		return errLostReply
-	}
-}
 
 // An acquire whose reply is lost reports the error, and does not leave the
 // lock held by nobody who knows it.

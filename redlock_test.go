@@ -316,3 +316,119 @@ func TestRedlockResumeAndBreak(t *testing.T) {
 	}
 	require.ErrorIs(t, l.Release(ctx), padlock.ErrNotHeld)
 }
+
+// A Redlock acquire with a chosen token that took fewer nodes than a
+// quorum, every node answering, releases what it took, as any acquire
+// does: had the token held a quorum, it would have the lock.
+func TestRedlockChosenTokenReleasesItsMinority(t *testing.T) {
+	e := newReal(t, nil)
+	var nodes []redis.UniversalClient
+	for db := range 4 {
+		r := redis.NewClient(&redis.Options{Addr: e.srv.Addr(), DB: db})
+		defer r.Close()
+		nodes = append(nodes, r)
+	}
+	rl := padlock.NewRedlock(nodes)
+	defer rl.Close()
+	for _, n := range nodes[2:] { // another holds half the nodes
+		require.NoError(t, n.Set(e.ctx, e.key, "other", time.Minute).Err())
+	}
+	_, err := rl.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithToken("job-b"))
+	require.ErrorIs(t, err, padlock.ErrNotAcquired)
+	for i, n := range nodes[:2] {
+		require.ErrorIs(t, n.Get(e.ctx, e.key).Err(), redis.Nil, "node %d keeps nothing of the failed acquire", i)
+	}
+}
+
+// One blackholed node of five holds up no Redlock call: a 2s lock is
+// taken, and released, while four nodes answer (before, every call waited
+// for the blackholed node: go-redis's ReadTimeout, 3s).
+func TestRedlockCallsDoNotWaitForABlackholedNode(t *testing.T) {
+	longOnly(t)
+	t.Parallel()
+	clients, _, proxies := proxiedNodes(t, 5, 1)
+	bh := proxies[0]
+	c := padlock.NewRedlock(clients)
+	ctx := t.Context()
+	require.NoError(t, clients[0].Ping(ctx).Err())
+	bh.SetBlackhole(true)
+	start := time.Now()
+	l, err := c.TryAcquire(ctx, "lock:bh", 2*time.Second)
+	t.Logf("TryAcquire(2s) with 1 of 5 nodes blackholed: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	start = time.Now()
+	l, err = c.TryAcquire(ctx, "lock:bh2", 10*time.Second)
+	took := time.Since(start)
+	require.NoError(t, err)
+	start = time.Now()
+	require.NoError(t, l.Release(ctx))
+	t.Logf("TryAcquire(10s) took %v, Release %v", took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	assert.Less(t, took+time.Since(start), 2*time.Second, "not the blackholed node's 3s each")
+	bh.SetBlackhole(false)
+	require.NoError(t, c.Close())
+}
+
+// Extend on a Redlock while Close runs: no race between the node calls
+// that Close waits for and Close (run it with -race).
+func TestRedlockExtendDuringClose(t *testing.T) {
+	e := startRedlock(t, 3)
+	ctx := context.Background()
+	l, err := e.c.TryAcquire(ctx, "lock:race", time.Minute)
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = l.Extend(ctx, time.Minute)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	for range 1 {
+		_ = e.c.Close()
+	}
+	close(stop)
+	<-done
+}
+
+// A late answer of a slow node to the last extend does not set a Redlock
+// lock again there after Release returned: a released lock stays
+// released.
+func TestRedlockReleaseIsNotUndoneByASlowNode(t *testing.T) {
+	t.Parallel()
+	clients, raws, proxies := proxiedNodes(t, 5, 1)
+	slow := proxies[0]
+	c := padlock.NewRedlock(clients)
+	defer c.Close()
+	ctx := t.Context()
+	const key, ttl = "lock:zombie", 3 * time.Second
+	l, err := c.TryAcquire(ctx, key, ttl)
+	require.NoError(t, err)
+	require.NoError(t, raws[0].FlushAll(ctx).Err()) // node 0 restarted empty
+	slow.SetLatency(40 * time.Millisecond)
+	// Warm node 0's pool, so that the Release does not dial.
+	done := make(chan struct{})
+	for range 4 {
+		go func() { _ = clients[0].Ping(ctx).Err(); done <- struct{}{} }()
+	}
+	for range 4 {
+		<-done
+	}
+	require.NoError(t, l.Extend(ctx, ttl)) // done at the quorum of nodes 1-4
+	require.NoError(t, l.Release(ctx))
+	for i, r := range raws {
+		t.Logf("after Release: node %d: %q", i, r.Get(ctx, key).Val())
+	}
+	time.Sleep(300 * time.Millisecond)
+	v := raws[0].Get(ctx, key).Val()
+	pttl := raws[0].PTTL(ctx, key).Val()
+	info, _ := c.Inspect(ctx, key)
+	t.Logf("300ms after Release: node 0 holds %q (pttl %v); Inspect: held=%v token=%q", v, pttl, info.Held, info.Token)
+	require.Empty(t, v, "released lock re-created on node 0 by a late reestablish")
+}

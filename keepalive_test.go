@@ -3,7 +3,6 @@ package padlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -379,46 +378,18 @@ func TestDoWaitsForTheHolder(t *testing.T) {
 	})
 }
 
-// Many kept-alive locks are renewed by one goroutine, in pipelines: far
-// fewer round trips than renewals, and no goroutine per lock. Their due
-// times are spread evenly over a ttl; a pipeline carries what falls due
-// within ttl/30 of the first, so each renewal period (ttl/3) takes about
-// 10 pipelines: some 200 renewals each here. (It was a pipeline whenever
-// one was early, carrying what came early while the last was in flight:
-// some 60.)
-func TestManyLeasesShareRoundTrips(t *testing.T) {
-	longOnly(t)
+func TestCloseEndsKeepAlives(t *testing.T) {
 	e := newReal(t, nil)
-	const n, ttl = 2000, time.Second
-	require.NoError(t, e.rdb.Ping(e.ctx).Err())
-	before := padlockGoroutines()
-	locks := make([]*padlock.Lock, n)
-	stops := make([]context.CancelFunc, n)
-	ctxs := make([]context.Context, n)
-	for i := range n {
-		l, err := e.c.TryAcquire(e.ctx, fmt.Sprintf("%s:%d", e.key, i), ttl)
-		require.NoError(t, err)
-		locks[i] = l
-		ctxs[i], stops[i] = l.KeepAlive(e.ctx)
-		time.Sleep(ttl / n) // spread the due times evenly
-	}
-	assert.LessOrEqual(t, padlockGoroutines()-before, 4, "goroutines for %d leases", n)
-	e.n.reset()
-	time.Sleep(2 * time.Second) // two ttls: six renewal periods
-	trips, cmds := e.n.reset()
-	renewals := 0
-	for _, c := range cmds {
-		if c == "evalsha" || c == "eval" {
-			renewals++
-		}
-	}
-	t.Logf("%d renewals in %d round trips", renewals, trips)
-	// Each lock is renewed about every 333ms: 6 renewals each in 2s.
-	assert.GreaterOrEqual(t, renewals, n*5, "renewals")
-	assert.LessOrEqual(t, trips*100, renewals, "%d round trips for %d renewals: not batched", trips, renewals)
-	for i := range n {
-		require.NoError(t, ctxs[i].Err(), "lease %d lost: %v", i, context.Cause(ctxs[i]))
-		stops[i]()
-		require.NoError(t, locks[i].Release(e.ctx))
-	}
+	c := padlock.New(e.rdb)
+	l, err := c.TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err)
+	kctx, stop := l.KeepAlive(e.ctx)
+	defer stop()
+	require.NoError(t, c.Close())
+	require.ErrorIs(t, context.Cause(kctx), padlock.ErrClosed, "Close ended the keep-alive")
+	kctx2, stop2 := l.KeepAlive(e.ctx)
+	defer stop2()
+	require.ErrorIs(t, context.Cause(kctx2), padlock.ErrClosed, "no keep-alive after Close")
+	assert.Equal(t, l.Token(), e.get(e.key), "Close releases nothing")
+	require.NoError(t, l.Release(e.ctx), "the lock can still be released")
 }
