@@ -138,6 +138,7 @@ func TestSemaphoreDeadHolderAndFences(t *testing.T) {
 // An Acquire waiting for a place is woken by a release, long before any
 // ttl runs out (and well before its own poll would wake it).
 func TestSemaphoreWaiterWokenByRelease(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	e := newReal(t, nil)
 	other := padlock.New(e.raw)
 	defer other.Close()

@@ -357,6 +357,7 @@ func TestElectionBadInput(t *testing.T) {
 // call's options: two Clients made WithLimit(3) cannot both lead, and
 // WithLimit or WithShared given to Campaign are refused.
 func TestCampaignIsAlwaysOneLock(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	e := newReal(t, nil)
 	var cs []*padlock.Client
 	for _, o := range []padlock.Option{padlock.WithLimit(3), padlock.WithShared()} {

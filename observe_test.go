@@ -72,6 +72,7 @@ func (r *recorder) observer() *padlock.Observer {
 }
 
 func TestObserverSeesEveryEvent(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	e := newReal(t, nil)
 	rec := &recorder{}
 	c := padlock.New(e.rdb, padlock.WithObserver(rec.observer()))

@@ -19,6 +19,7 @@ import (
 // are resumed here by their token: Fence, TTL, Extend, KeepAlive and
 // Release work on them, and the child's lease learns that it is gone.
 func TestResumeAHolderOfAnotherProcess(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	for _, kind := range []string{"lock", "semaphore", "shared"} {
 		t.Run(kind, func(t *testing.T) {
 			e := newReal(t, nil)

@@ -33,6 +33,7 @@ import (
 // The same for a place of a semaphore, and for a shared hold (the next
 // holder then an exclusive one).
 func TestPausedHolder(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	tests := []struct {
 		kind string
 		next []padlock.Option
@@ -448,6 +449,7 @@ func TestReplicaSeesTheLockOnlyOnceReplicated(t *testing.T) {
 // higher fence. A stopped waiter that resumes does not take its stale
 // hand-off for a lock: it confirms it, finds it gone, and waits again.
 func TestHandOffToAStoppedOrKilledWaiter(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	for _, how := range []string{"stopped", "killed"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()

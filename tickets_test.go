@@ -233,6 +233,7 @@ func TestAWaiterIsServedWhenTheKeyIsEvicted(t *testing.T) {
 // looked: held, or free but for the waiters ahead; never "held" for a key
 // it found missing.
 func TestAWaitThatEndsSaysWhatItSaw(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	e := newReal(t, nil)
 	ctx := t.Context()
 	require.NoError(t, e.raw.Set(ctx, e.key, "by hand", 0).Err())

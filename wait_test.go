@@ -548,6 +548,7 @@ func TestWithoutNotificationsPolls(t *testing.T) {
 // Waiters of one Client take the lock in the order they came, and each
 // release costs one attempt, not one per waiter.
 func TestWaitersAreServedInOrderOneAttemptPerRelease(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	both(t, func(t *testing.T, e *env) {
 		const waiters = 6
 		require.NoError(t, e.c.TryDo(e.ctx, e.key+":warm", time.Minute, func(context.Context) error { return nil }))
@@ -756,6 +757,7 @@ func TestChosenTokenConfirmsAGrantMessage(t *testing.T) {
 // knowing whether Redis ran it (its reply lost), does not release the lock:
 // the token held it before the call.
 func TestChosenTokenFailedAcquireKeepsItsLock(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	for _, try := range []bool{false, true} {
 		name := "Acquire"
 		if try {
