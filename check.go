@@ -266,27 +266,28 @@ func readNode(ctx context.Context, rdb *redis.Client) NodeInfo {
 	} else {
 		n.NotChecked = append(n.NotChecked, "server")
 	}
-	if v, ok := info["role"]; ok {
+	// field is info's field, if the section it is in was there; else the
+	// section is not checked.
+	field := func(name, section string) (string, bool) {
+		v, ok := info[name]
+		if !ok {
+			n.NotChecked = append(n.NotChecked, section)
+		}
+		return v, ok
+	}
+	if v, ok := field("role", "replication"); ok {
 		n.Role = strings.Replace(v, "slave", "replica", 1)
 		n.Replicas, _ = strconv.Atoi(info["connected_slaves"])
-	} else {
-		n.NotChecked = append(n.NotChecked, "replication")
 	}
-	if v, ok := info["aof_enabled"]; ok {
+	if v, ok := field("aof_enabled", "persistence"); ok {
 		n.AOF = v == "1"
-	} else {
-		n.NotChecked = append(n.NotChecked, "persistence")
 	}
-	if v, ok := info["maxmemory"]; ok {
+	if v, ok := field("maxmemory", "memory"); ok {
 		n.MaxMemory, _ = strconv.ParseInt(v, 10, 64)
 		n.MaxMemoryPolicy = info["maxmemory_policy"]
-	} else {
-		n.NotChecked = append(n.NotChecked, "memory")
 	}
-	if v, ok := info["cluster_enabled"]; ok {
+	if v, ok := field("cluster_enabled", "cluster"); ok {
 		n.Cluster = v == "1"
-	} else {
-		n.NotChecked = append(n.NotChecked, "cluster")
 	}
 	if kv, err := rdb.ConfigGet(ctx, "appendfsync").Result(); err == nil && kv["appendfsync"] != "" {
 		n.AppendFsync = kv["appendfsync"]
