@@ -19,6 +19,7 @@ if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER')
 if not KEYS[3] and (ARGV[3] or '0') == '0' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 0 -- the common case, in one command
 end
+--@min
 local v = redis.call('GET', KEYS[1])
 if v and not sameToken(v, ARGV[1]) then return -2 - redis.call('PTTL', KEYS[1]) end
 -- Free, or held by our own token: a retry after a lost reply, or a token

@@ -11,6 +11,7 @@ local v = redis.call('GET', KEYS[1])
 if sameToken(v, ARGV[1]) then
   local ms, F = ARGV[2], KEYS[2]
   if ARGV[3] == 'min' then
+--@min
     if #KEYS == 2 then F = nil end
     ms = string.format('%d', math.max(tonumber(ms), keptFor(KEYS[#KEYS], tokenOf(v))))
   end

@@ -17,6 +17,7 @@
 -- releases). Other clients are told by a message on P .. 'to:' .. client:
 -- "<token> <fence>" for a grant, "<token> wait <ms>" for a hint.
 
+--@min
 local MARKER = 'padlock:shared'
 -- QUEUE_LIFE (ms), set by scripts.go before this file: how long a queue
 -- lives after the last call that renewed it; twice the longest ticket

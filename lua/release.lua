@@ -28,7 +28,10 @@ for i = 1, #KEYS, 2 do
   local v = redis.call('GET', KEYS[i])
   if sameToken(v, ARGV[1]) then
     local P, keep = string.sub(KEYS[i + 1], 1, -6), 0
-    if kept then keep = keptFor(P .. 'mins', tokenOf(v)) end
+    if kept then
+--@min
+      keep = keptFor(P .. 'mins', tokenOf(v))
+    end
     if keep > 0 then
       redis.call('PEXPIRE', KEYS[i], keep)
       if fenced then redis.call('PEXPIRE', P .. 'fences', keep) end

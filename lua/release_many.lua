@@ -13,7 +13,10 @@ for i = 1, last do
   local v = redis.call('GET', KEYS[i])
   if sameToken(v, ARGV[1]) then
     local keep = 0
-    if last < #KEYS then keep = keptFor(KEYS[2], tokenOf(v)) end
+    if last < #KEYS then
+--@min
+      keep = keptFor(KEYS[2], tokenOf(v))
+    end
     if keep > 0 then
       redis.call('PEXPIRE', KEYS[i], keep)
     else

@@ -1,0 +1,27 @@
+-- min.lua: the minimums of holds taken WithMinHold (scripts.go inserts it
+-- at a script's line "--@min", where the script first needs it: a local
+-- function costs every call that reaches its definition).
+-- now is the server's time, in ms.
+local function now()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- A hold taken WithMinHold is not freed before a moment recorded in the
+-- hash M of the key's minimums (P .. 'mins'), under its token, in the
+-- server's ms. A release before then leaves the hold in place until that
+-- moment, and no renewal sets it to expire earlier.
+
+-- recordMin records that token's hold, taken at t, is kept for min ms.
+local function recordMin(M, token, t, min)
+  redis.call('HSET', M, token, string.format('%d', t + min))
+  if redis.call('PTTL', M) < min then redis.call('PEXPIRE', M, string.format('%d', min)) end
+end
+
+-- keptFor is how many ms more token's hold must be kept for its minimum
+-- (0: none, or it has passed).
+local function keptFor(M, token)
+  local u = redis.call('HGET', M, token)
+  if not u then return 0 end
+  return math.max(tonumber(u) - now(), 0)
+end
