@@ -340,3 +340,39 @@ func TestMinHoldAcrossRestarts(t *testing.T) {
 		})
 	}
 }
+
+// What ends a hold early keeps its minimum: an Extend that a paused
+// replica did not acknowledge (the lock is released, but the minimum
+// stays); and the same token taken again with a shorter minimum keeps the
+// longer one it held with. Resume with WithMinHold takes Redis's minimum,
+// not a new one: its Deadline is not later than the key's expiry.
+func TestWhatEndsAHoldEarlyKeepsItsMinimum(t *testing.T) {
+	t.Parallel() // starts servers of its own
+	e := newReal(t, nil)
+	replica := redistest.StartReplica(t, e.srv)
+	c := padlock.New(e.rdb, padlock.WithReplicas(1, 100*time.Millisecond))
+	defer c.Close()
+	l, err := c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithMinHold(time.Hour))
+	require.NoError(t, err)
+	replica.Pause()
+	require.ErrorIs(t, l.Extend(e.ctx, time.Minute), padlock.ErrNotReplicated)
+	replica.Resume()
+	assert.Greater(t, e.pttl(e.key), 59*time.Minute, "released, but kept for its minimum")
+
+	key := e.key + ":job"
+	first, err := e.c.TryAcquire(e.ctx, key, time.Minute, padlock.WithToken("job-1"), padlock.WithMinHold(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, first.Release(e.ctx))
+	again, err := e.c.TryAcquire(e.ctx, key, time.Minute, padlock.WithToken("job-1"), padlock.WithMinHold(time.Millisecond))
+	require.NoError(t, err, "its own token holds it")
+	require.NoError(t, again.Release(e.ctx))
+	assert.Greater(t, e.pttl(key), 59*time.Minute, "the longer minimum stays")
+
+	short := e.key + ":short"
+	h, err := e.c.TryAcquire(e.ctx, short, time.Minute, padlock.WithMinHold(2*time.Minute))
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	r, err := e.c.Resume(e.ctx, short, h.Token(), padlock.WithMinHold(time.Hour))
+	require.NoError(t, err)
+	assert.False(t, r.Deadline().After(time.Now().Add(e.pttl(short))), "not later than the key's expiry")
+}

@@ -344,16 +344,21 @@ func retryable(err error) bool {
 }
 
 // cleanup releases l after an acquire attempt whose outcome is unknown, on
-// a context of its own so that it runs even when ctx has ended. Its error
-// is dropped: if Redis cannot be reached now, the ttl frees the lock.
-func (l *Lock) cleanup(ctx context.Context) {
+// a context of its own so that it runs even when ctx has ended: an undo,
+// which frees it at once, minimum (WithMinHold) or not. Its error is
+// dropped: if Redis cannot be reached now, the ttl frees the lock.
+func (l *Lock) cleanup(ctx context.Context) { l.releaseQuietly(ctx, true) }
+
+// releaseQuietly releases l as cleanup does, an undo or not (a release,
+// which keeps a minimum).
+func (l *Lock) releaseQuietly(ctx context.Context, undo bool) {
 	budget := cleanupTimeout
 	if ctx.Err() != nil {
 		budget = lateCleanupTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
-	_, _ = l.release(ctx, false, true) // an undo: minimum or not
+	_, _ = l.release(ctx, false, undo)
 }
 
 // undo is cleanup after an acquire whose outcome is unknown or came too
@@ -414,7 +419,7 @@ func (l *Lock) extendLock(ctx context.Context, ttl time.Duration) error {
 	ok, err := l.extend(ctx, ttl)
 	switch {
 	case errors.Is(err, ErrNotReplicated):
-		l.cleanup(ctx)
+		l.releaseQuietly(ctx, false) // it was held: a minimum stays
 		l.lose(fmt.Errorf("%w: %w; released", ErrLost, err), false)
 		return fmt.Errorf("%w; released", err)
 	case err != nil:

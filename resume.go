@@ -94,6 +94,7 @@ func resumedAs(kind string, limit int, fenced bool) Option {
 	return optionFunc(func(o *options) {
 		o.shared, o.limitSet, o.limit = kind == kindShared, kind == kindPlace, limit
 		o.fencing = fenced
+		o.minHold, o.minHoldSet = 0, false // a minimum it holds with is Redis's, in its ttl
 	})
 }
 

@@ -271,6 +271,7 @@ func (s *scheduler) close() {
 	leases := make([]*lease, 0, len(s.leases))
 	for ls := range s.leases {
 		leases = append(leases, ls)
+		delete(s.leases, ls) // a waiter's ticket too: its goroutine may be the one closing
 	}
 	done := s.done
 	s.mu.Unlock()

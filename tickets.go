@@ -175,11 +175,12 @@ func (ks keyLooks) wakeFreed(c *Client, there map[string]bool) {
 type tickets struct{ c *Client }
 
 // queued records that a call sent at sent found or made w's ticket in
-// Redis, and keeps the ticket renewed.
-func (c *Client) queued(w *waiter, sent time.Time) {
+// Redis, and keeps the ticket renewed. A renewal of the lease via says
+// so only while via is still w's (not after a new token, see retoken).
+func (c *Client) queued(w *waiter, sent time.Time, via *lease) {
 	n := &c.notify
 	n.mu.Lock()
-	if w.removed {
+	if w.removed || via != nil && w.lease != via {
 		n.mu.Unlock()
 		return
 	}
@@ -269,7 +270,7 @@ func (t tickets) renewAll(s *scheduler, leases []*lease) {
 		ok, err := r.cmd.Result()
 		switch {
 		case err == nil && ok:
-			c.queued(r.w, sent)
+			c.queued(r.w, sent, r.ls)
 			s.renewedAt(r.ls, sent, r.ls.ttl)
 		case err == nil:
 			t.lapsed(r.ls, nil)

@@ -363,7 +363,7 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 	case code == codeGone:
 		return code, 0, fmt.Errorf("%w: %q: the ticket is gone", ErrNotAcquired, l.key)
 	case (code == codeWait || code == codeBehind) && w != nil && life > 0:
-		c.queued(w, sent)
+		c.queued(w, sent, nil)
 		c.notify.mu.Lock()
 		w.free = code == codeBehind
 		c.notify.mu.Unlock()

@@ -1244,3 +1244,25 @@ return 1`, nil).Err()
 	}
 	require.NoError(t, c.Close())
 }
+
+// An observer's callback that closes the Client, on the waiter's own
+// goroutine, does not hang Close: the waiter's ticket is not waited for.
+func TestCloseFromAWaitersCallback(t *testing.T) {
+	e := newReal(t, nil)
+	h, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err)
+	defer func() { _ = h.Release(e.ctx) }()
+	var c *padlock.Client
+	closed := make(chan struct{})
+	c = padlock.New(e.rdb, padlock.WithObserver(&padlock.Observer{WaitStart: func(context.Context, string) {
+		_ = c.Close()
+		close(closed)
+	}}))
+	got := acquireLater(e.ctx, c, e.key, time.Minute)
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close called from WaitStart did not return")
+	}
+	require.ErrorIs(t, (<-got).err, padlock.ErrClosed)
+}

@@ -259,7 +259,7 @@ func (c *Client) carriedBack(ws []*waiter, sent time.Time) {
 		if sent.IsZero() {
 			signal(w.wake)
 		} else {
-			c.queued(w, sent)
+			c.queued(w, sent, nil)
 		}
 	}
 }
@@ -273,6 +273,9 @@ func (c *Client) retoken(l *Lock, w *waiter) {
 	delete(n.tokens, w.token)
 	ls := n.setLeaseLocked(w, nil)
 	w.queued, w.sent, w.alive = false, false, time.Time{}
+	if q := n.queues[w.key]; q != nil {
+		delete(q.holders, l) // a grant it did not confirm: it holds nothing
+	}
 	n.mu.Unlock()
 	if ls != nil {
 		c.sched.remove(ls)

@@ -12,9 +12,11 @@ end
 -- server's ms. A release before then leaves the hold in place until that
 -- moment, and no renewal sets it to expire earlier.
 
--- recordMin records that token's hold, taken at t, is kept for min ms.
+-- recordMin records that token's hold, taken at t, is kept for min ms
+-- (or until a later moment it already holds with).
 local function recordMin(M, token, t, min)
-  redis.call('HSET', M, token, string.format('%d', t + min))
+  local u = tonumber(redis.call('HGET', M, token) or '0')
+  redis.call('HSET', M, token, string.format('%d', math.max(u, t + min)))
   if redis.call('PTTL', M) < min then redis.call('PEXPIRE', M, string.format('%d', min)) end
 end
 

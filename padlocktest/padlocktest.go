@@ -39,6 +39,7 @@ package padlocktest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -169,10 +170,12 @@ func (s *Server) Expire(key string) {
 }
 
 // Steal ends what holds key now (as Expire) and has another holder take
-// it: a lock of its own for as long as the key had left (a minute at
-// least), so the old holder's Extend and Release return
-// padlock.ErrNotHeld, and another caller's TryAcquire padlock.ErrNotAcquired.
-// On a semaphore's key the other holder takes every place.
+// it, so the old holder's Extend and Release return padlock.ErrNotHeld,
+// and another caller's TryAcquire padlock.ErrNotAcquired: the first
+// waiter, if the key had any (Expire serves the queue), else a lock of
+// the Server's own, for as long as the key had left (a minute at least).
+// On a semaphore's key, the places the waiters did not take go to the
+// Server too.
 func (s *Server) Steal(key string) {
 	s.t.Helper()
 	ctx := context.Background()
@@ -182,32 +185,35 @@ func (s *Server) Steal(key string) {
 	}
 	ttl := max(info.TTL, time.Minute)
 	opts := []padlock.Option{padlock.WithMetadata("padlocktest: stolen")}
+	places := 1
 	if info.Kind == "semaphore" {
-		n, err := s.admin.Get(ctx, sideKey(key, "limit")).Int()
-		if err != nil {
+		if places, err = s.admin.Get(ctx, sideKey(key, "limit")).Int(); err != nil {
 			s.t.Fatalf("padlocktest: Steal(%q): the semaphore's places: %v", key, err)
 		}
-		for range n - 1 {
-			if _, err := s.locks.TryAcquire(ctx, key, ttl, padlock.WithLimit(n)); err != nil {
-				s.t.Fatalf("padlocktest: Steal(%q): %v", key, err)
-			}
-		}
-		opts = append(opts, padlock.WithLimit(n))
+		opts = append(opts, padlock.WithLimit(places))
 	}
-	if _, err := s.locks.TryAcquire(ctx, key, ttl, opts...); err != nil {
-		s.t.Fatalf("padlocktest: Steal(%q): %v", key, err)
+	for range places {
+		_, err := s.locks.TryAcquire(ctx, key, ttl, opts...)
+		switch {
+		case errors.Is(err, padlock.ErrNotAcquired):
+			return // a waiter took it (or every place left)
+		case err != nil:
+			s.t.Fatalf("padlocktest: Steal(%q): %v", key, err)
+		}
 	}
 }
 
 // Down makes the server stop answering, as in an outage: every connection
 // is cut and new ones are closed at once, so padlock's calls fail with a
-// connection error (never padlock.ErrNotAcquired), and a KeepAlive ends
-// with padlock.ErrLost at the lock's local deadline. What the server holds
-// stays, as it would across a network outage.
+// connection error (never padlock.ErrNotAcquired), a KeepAlive ends with
+// padlock.ErrLost at the lock's local deadline, and an Acquire that waits
+// returns the error of its next attempt (when its ticket lapses, within
+// 5s, or when the holder would expire). What the server holds stays, as it
+// would across a network outage.
 func (s *Server) Down() { s.proxy.SetDown(true) }
 
 // Up makes the server answer again after Down: padlock's calls work again
-// (go-redis dials anew), and waiters carry on.
+// (go-redis dials anew); a wait that has not ended carries on.
 func (s *Server) Up() { s.proxy.SetDown(false) }
 
 // FastForward lets d pass for every ttl on the server at once: a lock,

@@ -206,3 +206,26 @@ func TestCheckReportsATestServer(t *testing.T) {
 		assert.NoError(t, st.Err, st.Name)
 	}
 }
+
+// Steal when someone waits: the waiter is the other holder.
+func TestStealWithAWaiter(t *testing.T) {
+	every(t, func(t *testing.T, locks *padlock.Client, srv *padlocktest.Server) {
+		l, err := locks.TryAcquire(t.Context(), "lock:waited", time.Minute)
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			w, err := srv.Client().Acquire(ctx, "lock:waited", time.Minute)
+			if err == nil {
+				err = w.Release(ctx)
+			}
+			got <- err
+		}()
+		require.Eventually(t, func() bool { info, err := srv.Holder("lock:waited"); return err == nil && info.Waiting == 1 },
+			5*time.Second, 5*time.Millisecond)
+		srv.Steal("lock:waited")
+		require.ErrorIs(t, l.Release(t.Context()), padlock.ErrNotHeld)
+		require.NoError(t, <-got, "the waiter took it")
+	})
+}
