@@ -59,8 +59,8 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c.notify.quiet = pubsubQuiet
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		// On a Cluster a Client listens with plain pub/sub (see groupOn):
-		// its id says so to the scripts that tell it of a grant.
-		c.notify.id += plainID
+		// its tickets say so to the scripts that tell it of a grant.
+		c.notify.plain = true
 		c.notify.sharded = -1
 	}
 	if !isNil(rdb) {
@@ -71,10 +71,6 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	}
 	return c
 }
-
-// plainID ends the id of a Client that listens with plain pub/sub (see
-// lua/grant.lua's tell); an id is otherwise hexadecimal.
-const plainID = "p"
 
 // errRing is what every call on a Client over a *redis.Ring returns.
 var errRing = fmt.Errorf("%w: a *redis.Ring moves keys between shards (a shard that fails a health check hands its keys to another, and a script runs on its first key's shard), so a lock could be held twice; use a *redis.ClusterClient, or NewRedlock over the shards", ErrUnsupported)

@@ -36,6 +36,12 @@ const (
 	leaveKeep  = "keep"   // a chosen token keeps what it holds
 )
 
+// How a Client listens for its grants (a ticket says so to the scripts).
+const (
+	listenSharded = "s" // SPUBLISH where the server has it, else PUBLISH
+	listenPlain   = "p" // PUBLISH only: a Client on a Cluster (see groupOn)
+)
+
 // Flags of release.lua and count_release.lua.
 const (
 	releaseFenced = "f" // taken with a fence: its record goes too
@@ -117,9 +123,10 @@ func (l *Lock) kind() string {
 
 // ticket is l's ticket as lua/grant.lua's parse reads it, and what a
 // grant gives it when its turn comes: the line "kind ttl min fenced client
-// limit toklen n len1 .. lenn" (ttl and min in ms, fenced 0 or 1, limit a
-// semaphore's places, n the lengths that follow: a multi-key lock's keys
-// and queues), then the token, those strings, and the value.
+// listen limit toklen n len1 .. lenn" (ttl and min in ms, fenced 0 or 1,
+// listen how the client hears messages, limit a semaphore's places, n the
+// lengths that follow: a multi-key lock's keys and queues), then the
+// token, those strings, and the value.
 func (l *Lock) ticket() string {
 	var b strings.Builder
 	limit := 0
@@ -137,6 +144,12 @@ func (l *Lock) ticket() string {
 	}
 	b.WriteByte(' ')
 	b.WriteString(l.c.notify.id)
+	b.WriteByte(' ')
+	if l.c.notify.plain {
+		b.WriteString(listenPlain)
+	} else {
+		b.WriteString(listenSharded)
+	}
 	for _, n := range []int{limit, len(l.tok()), len(keys)} {
 		b.WriteByte(' ')
 		b.WriteString(strconv.Itoa(n))

@@ -100,7 +100,7 @@ func (c *Client) pubsubNodes() []redis.UniversalClient {
 
 // groupOn is the routing group of the channels on node number i: every
 // channel of a node shares one connection. On a Cluster too: there a
-// Client listens with plain pub/sub, which every node hears (see plainID),
+// Client listens with plain pub/sub, which every node hears (its tickets say so),
 // so one connection serves every key, and a key whose slot moves is still
 // heard.
 func groupOn(i int) string { return strconv.Itoa(i) + "/" }

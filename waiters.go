@@ -65,6 +65,7 @@ type notifier struct {
 	tickets map[*lease]*waiter     // the leases of their tickets, to their waiters (see tickets.go)
 	subs    map[string]*subscriber // by routing group, see group
 	sharded int                    // 0 unknown, 1 sharded pub/sub works, -1 it does not
+	plain   bool                   // it listens with plain pub/sub (on a Cluster: see groupOn), whatever the server has
 	id      string                 // this Client's name in its tickets (see handChannel)
 	quiet   time.Duration          // pubsubQuiet (shorter in tests), set before any subscriber starts
 }

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/padlock-go/padlock"
 )
 
@@ -17,10 +15,8 @@ import (
 // no keep-alive of their own, so only padlock runs here.
 func leases(addr string) {
 	const n, ttl, hold = 10000, 3 * time.Second, 8 * time.Second
-	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	rdb, cnt := countedClient(addr)
 	defer rdb.Close()
-	cnt := &counter{}
-	rdb.AddHook(cnt)
 	c := padlock.New(rdb)
 	defer c.Close()
 	ctx := context.Background()

@@ -91,9 +91,7 @@ func semaphore(addr string) {
 	const goroutines, places = 16, 4
 	s := &stats{}
 	for range *rounds {
-		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
-		cnt := &counter{}
-		rdb.AddHook(cnt)
+		rdb, cnt := countedClient(addr)
 		l := padlockSemaphore{padlock.New(rdb), places}
 		start := time.Now()
 		cycles, waits := holdLoop(l, "bench:semaphore", goroutines, start.Add(*duration/time.Duration(*rounds)))
@@ -231,9 +229,7 @@ func turns(addr string, f func(l locker, rdb *redis.Client, d time.Duration) (cy
 		// Rotate the order each round.
 		list = append(list[r%len(list):], list[:r%len(list)]...)
 		for _, im := range list {
-			rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
-			cnt := &counter{}
-			rdb.AddHook(cnt)
+			rdb, cnt := countedClient(addr)
 			l := im.new(rdb)
 			s := all[im.name]
 			if s == nil {
@@ -478,4 +474,13 @@ func runChild() {
 	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// countedClient is a go-redis client of the bench's server, with a counter
+// of the commands and round trips it sends.
+func countedClient(addr string) (*redis.Client, *counter) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	cnt := &counter{}
+	rdb.AddHook(cnt)
+	return rdb, cnt
 }

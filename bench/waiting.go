@@ -85,9 +85,7 @@ func manyWaiters(addr string) {
 	defer admin.Close()
 	for range *rounds {
 		for _, n := range sizes {
-			rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
-			cnt := &counter{}
-			rdb.AddHook(cnt)
+			rdb, cnt := countedClient(addr)
 			c := padlock.New(rdb)
 			s := all[n]
 			if s == nil {
@@ -234,10 +232,8 @@ func idle(addr string) {
 	defer holderRDB.Close()
 	holders := padlock.New(holderRDB)
 	defer holders.Close()
-	waitRDB := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	waitRDB, cnt := countedClient(addr)
 	defer waitRDB.Close()
-	cnt := &counter{}
-	waitRDB.AddHook(cnt)
 	waiters := padlock.New(waitRDB)
 	defer waiters.Close()
 

@@ -45,16 +45,17 @@ local function arrival(t)
   return s
 end
 
--- parse reads a ticket: the line "kind ttl min fenced client limit
--- toklen n len1 .. lenn", then the token, n strings of those lengths (for
--- a multi-key lock, each key and its queue) and the value. kind is 'x'
--- exclusive, 's' shared, 'n' a place of a semaphore of limit places, or
--- 'm' every key of keys; min the hold's minimum (ms, 0 none: see
--- token.lua).
+-- parse reads a ticket: the line "kind ttl min fenced client listen
+-- limit toklen n len1 .. lenn", then the token, n strings of those lengths
+-- (for a multi-key lock, each key and its queue) and the value. kind is
+-- 'x' exclusive, 's' shared, 'n' a place of a semaphore of limit places,
+-- or 'm' every key of keys; min the hold's minimum (ms, 0 none: see
+-- min.lua); listen 'p' for a client that hears only plain messages (on a
+-- Cluster), 's' for one that hears sharded ones where the server has them.
 local function parse(d)
-  local k, ttl, min, f, c, l, toklen, n, lens, pos =
-    string.match(d, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)([^\n]*)\n()')
-  local w = {k = k, ttl = tonumber(ttl), min = tonumber(min), f = tonumber(f), c = c, l = tonumber(l)}
+  local k, ttl, min, f, c, ps, l, toklen, n, lens, pos =
+    string.match(d, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)([^\n]*)\n()')
+  local w = {k = k, ttl = tonumber(ttl), min = tonumber(min), f = tonumber(f), c = c, ps = ps, l = tonumber(l)}
   toklen = tonumber(toklen)
   w.tok = string.sub(d, pos, pos + toklen - 1)
   pos = pos + toklen
@@ -69,10 +70,11 @@ local function parse(d)
   return w
 end
 
--- who reads of a ticket only what tell needs: its kind, client and token.
+-- who reads of a ticket only what tell needs: its kind, client, how the
+-- client listens, and token.
 local function who(d)
-  local k, c, toklen, pos = string.match(d, '^(%S+) %S+ %S+ %S+ (%S+) %S+ (%S+)[^\n]*\n()')
-  return {k = k, c = c, tok = string.sub(d, pos, pos + tonumber(toklen) - 1)}
+  local k, c, ps, toklen, pos = string.match(d, '^(%S+) %S+ %S+ %S+ (%S+) (%S+) %S+ (%S+)[^\n]*\n()')
+  return {k = k, c = c, ps = ps, tok = string.sub(d, pos, pos + tonumber(toklen) - 1)}
 end
 
 -- holders is where the holders of a shared or semaphore key are.
@@ -197,8 +199,8 @@ local function news() return {{}, {}} end
 
 -- tell tells the waiter w (its ticket named head) of a grant (which 1)
 -- or a hint (which 2) with n: its client me's in mine, the others' by
--- message, plain PUBLISH to a client whose id ends in 'p' (it listens on
--- a Cluster, where every node hears a plain message).
+-- message (plain PUBLISH to a client that listens so: on a Cluster every
+-- node hears a plain message).
 local function tell(head, w, which, n, me, mine)
   if w.c == me then
     local list = mine[which]
@@ -208,7 +210,7 @@ local function tell(head, w, which, n, me, mine)
   end
   local msg = w.tok .. ' ' .. n
   if which == 2 then msg = w.tok .. ' wait ' .. n end
-  if string.sub(w.c, -1) == 'p' then
+  if w.ps == 'p' then
     pcall(redis.call, 'PUBLISH', channel(head, w), msg)
   else
     announce(channel(head, w), msg)
