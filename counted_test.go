@@ -108,6 +108,9 @@ func TestSemaphoreDeadHolderAndFences(t *testing.T) {
 	e := newReal(t, nil)
 	two := padlock.WithLimit(2)
 	var last int64
+	// Redis took the dead holder's place after this: its ttl runs out after
+	// deadline.
+	deadline := time.Now().Add(300 * time.Millisecond)
 	dead, err := e.c.TryAcquire(e.ctx, e.key, 300*time.Millisecond, two, padlock.WithFencing())
 	require.NoError(t, err)
 	alive, err := e.c.TryAcquire(e.ctx, e.key, 10*time.Second, two, padlock.WithFencing())
@@ -116,7 +119,6 @@ func TestSemaphoreDeadHolderAndFences(t *testing.T) {
 	last = alive.Fence()
 	_, err = e.c.TryAcquire(e.ctx, e.key, time.Second, two)
 	require.ErrorIs(t, err, padlock.ErrNotAcquired)
-	deadline := time.Now().Add(300 * time.Millisecond)
 	var next *padlock.Lock
 	require.Eventually(t, func() bool {
 		next, err = e.c.TryAcquire(e.ctx, e.key, time.Second, two, padlock.WithFencing())
