@@ -8,13 +8,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
 	"github.com/padlock-go/padlock/internal/redistest"
 )
+
+// A holdKind is a kind of hold the WithMinHold and WithMaxHold tests take:
+// the holder's options, and a waiter's.
+type holdKind struct {
+	name       string
+	hold, wait []padlock.Option
+}
+
+// holdKinds are a lock, a semaphore place and a shared hold (for which a
+// writer waits).
+var holdKinds = []holdKind{
+	{"lock", nil, nil},
+	{"semaphore", []padlock.Option{padlock.WithLimit(1)}, []padlock.Option{padlock.WithLimit(1)}},
+	{"shared", []padlock.Option{padlock.WithShared()}, nil},
+}
 
 // WithMaxHold(2s) with a 600ms ttl, kept alive: renewing stops 2s after
 // the acquire, the KeepAlive context ends with ErrMaxHold and ErrLost
@@ -48,15 +62,7 @@ func TestWithMaxHold(t *testing.T) {
 		require.NoError(t, w.l.Release(ctx))
 	}
 	e := newReal(t, nil)
-	semaphore := []padlock.Option{padlock.WithLimit(1)}
-	for _, k := range []struct {
-		name       string
-		hold, wait []padlock.Option
-	}{
-		{"lock", nil, nil},
-		{"semaphore", semaphore, semaphore},
-		{"shared", []padlock.Option{padlock.WithShared()}, nil}, // a writer waits
-	} {
+	for _, k := range holdKinds {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			cs := moreClients(t, e, 2)
@@ -66,15 +72,7 @@ func TestWithMaxHold(t *testing.T) {
 	t.Run("redlock", func(t *testing.T) {
 		t.Parallel()
 		r := startRedlock(t, 3)
-		var clients []redis.UniversalClient
-		for _, s := range r.srvs {
-			rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
-			t.Cleanup(func() { _ = rdb.Close() })
-			clients = append(clients, rdb)
-		}
-		other := padlock.NewRedlock(clients)
-		t.Cleanup(func() { _ = other.Close() })
-		run(t, r.c, other, "lock:maxhold:redlock", nil, nil)
+		run(t, r.c, startRedlockOver(t, r), "lock:maxhold:redlock", nil, nil)
 	})
 }
 
@@ -96,26 +94,53 @@ func TestWithMaxHoldBadInput(t *testing.T) {
 
 // WithMinHold(1s) on every instance's tick: 5 Clients each run TryDo with
 // a 20ms job every 100ms for 5s, and the job runs once per second in all.
+// For a lock, a semaphore place of one, and on Redlock (5 Redlock Clients
+// over 3 nodes). (Shared holds overlap by design: once per interval is not
+// theirs.)
 func TestWithMinHoldRunsOncePerInterval(t *testing.T) {
 	longOnly(t)
-	const minHold, tick, span = time.Second, 100 * time.Millisecond, 5 * time.Second
+	t.Parallel() // mostly waits, on servers of its own
 	e := newReal(t, nil)
+	t.Run("lock", func(t *testing.T) {
+		t.Parallel()
+		oncePerInterval(t, moreClients(t, e, 5), "lock:"+t.Name())
+	})
+	t.Run("semaphore", func(t *testing.T) {
+		t.Parallel()
+		oncePerInterval(t, moreClients(t, e, 5), "lock:"+t.Name(), padlock.WithLimit(1))
+	})
+	t.Run("redlock", func(t *testing.T) {
+		t.Parallel()
+		r := startRedlock(t, 3)
+		cs := []*padlock.Client{r.c}
+		for range 4 {
+			cs = append(cs, startRedlockOver(t, r))
+		}
+		oncePerInterval(t, cs, "lock:once:redlock")
+	})
+}
+
+// oncePerInterval has each of cs run TryDo on key with opts and
+// WithMinHold(1s), a 20ms job, every 100ms for 5s: the job must run 5 or 6
+// times in all, each run at least 1s after the previous.
+func oncePerInterval(t *testing.T, cs []*padlock.Client, key string, opts ...padlock.Option) {
+	const minHold, tick, span = time.Second, 100 * time.Millisecond, 5 * time.Second
 	type run struct{ sent, started time.Time }
 	var mu sync.Mutex
 	var runs []run
 	var wg sync.WaitGroup
 	end := time.Now().Add(span)
-	for _, c := range moreClients(t, e, 5) {
+	for _, c := range cs {
 		wg.Go(func() {
 			for time.Now().Before(end) {
 				sent := time.Now()
-				err := c.TryDo(e.ctx, e.key, 10*time.Second, func(context.Context) error {
+				err := c.TryDo(t.Context(), key, 10*time.Second, func(context.Context) error {
 					mu.Lock()
 					runs = append(runs, run{sent, time.Now()})
 					mu.Unlock()
 					time.Sleep(20 * time.Millisecond)
 					return nil
-				}, padlock.WithMinHold(minHold))
+				}, append(opts, padlock.WithMinHold(minHold))...)
 				if err != nil && !errors.Is(err, padlock.ErrNotAcquired) {
 					t.Error(err)
 					return
@@ -175,16 +200,7 @@ func TestReleaseUnderMinHold(t *testing.T) {
 		require.NoError(t, w.l.Release(ctx))
 	}
 	e := newReal(t, nil)
-	semaphore := []padlock.Option{padlock.WithLimit(1)}
-	for _, k := range []struct {
-		name       string
-		hold, wait []padlock.Option
-	}{
-		{"lock", nil, nil},
-		{"fenced", []padlock.Option{padlock.WithFencing()}, nil},
-		{"semaphore", semaphore, semaphore},
-		{"shared", []padlock.Option{padlock.WithShared()}, nil}, // a writer waits
-	} {
+	for _, k := range append(holdKinds, holdKind{"fenced", []padlock.Option{padlock.WithFencing()}, nil}) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			cs := moreClients(t, e, 2)
