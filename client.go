@@ -60,7 +60,6 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		// On a Cluster a Client listens with plain pub/sub (see groupOn):
 		// its tickets say so to the scripts that tell it of a grant.
-		c.notify.plain = true
 		c.notify.sharded = -1
 	}
 	if !isNil(rdb) {

@@ -60,10 +60,7 @@ func (l *Lock) KeepAlive(ctx context.Context) (context.Context, context.CancelFu
 	if l.lease == nil {
 		// Under l.mu, so that a concurrent Release cannot remove the lease
 		// from the scheduler before it is in.
-		fresh := &lease{l: l, r: heldLocks{}, every: 3, ttl: l.ttl, sent: l.sent}
-		if l.x != nil {
-			fresh.capAt = l.x.capAt
-		}
+		fresh := &lease{l: l, r: heldLocks{}, every: 3, ttl: l.ttl, sent: l.sent, capAt: l.x.capAt()}
 		if !l.c.sched.add(fresh) {
 			l.mu.Unlock()
 			cancel(fmt.Errorf("%w: %q: no keep-alive after Close", ErrClosed, l.key))

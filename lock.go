@@ -22,24 +22,35 @@ type lockExtra struct {
 	holdEnded      bool          // with obs: HoldEnd was called; under mu
 	chosen         bool          // WithToken: its token is the caller's, and never changes
 	maxHold        time.Duration // WithMaxHold: kept alive only this long after it was taken
-	capAt          time.Time     // with maxHold: when that is (from the first success); under mu
 	minHold        time.Duration // WithMinHold: Redis keeps it at least this long after it was taken
-	minUntil       time.Time     // with minHold: until when, less a drift (from the first success); under mu
+	takenAt        time.Time     // when the first successful acquire was sent: the holds count from it; under mu
 }
 
 // took records that l was taken by a call sent at sent: its WithMaxHold
 // and WithMinHold count from the first. l.mu must be held, or l not yet
 // shared.
 func (l *Lock) took(sent time.Time) {
-	if l.x == nil {
-		return
+	if l.x != nil && l.x.takenAt.IsZero() {
+		l.x.takenAt = sent
 	}
-	if l.x.maxHold > 0 && l.x.capAt.IsZero() {
-		l.x.capAt = sent.Add(l.x.maxHold)
+}
+
+// capAt is when l has been held for its WithMaxHold (zero: no cap, or not
+// taken). l.mu must be held.
+func (x *lockExtra) capAt() time.Time {
+	if x == nil || x.maxHold == 0 || x.takenAt.IsZero() {
+		return time.Time{}
 	}
-	if l.x.minHold > 0 && l.x.minUntil.IsZero() {
-		l.x.minUntil = sent.Add(l.x.minHold - drift(l.x.minHold))
+	return x.takenAt.Add(x.maxHold)
+}
+
+// minUntil is, less a drift, when l's WithMinHold ends in Redis (zero: no
+// minimum, or not taken). l.mu must be held.
+func (x *lockExtra) minUntil() time.Time {
+	if x == nil || x.minHold == 0 || x.takenAt.IsZero() {
+		return time.Time{}
 	}
+	return x.takenAt.Add(x.minHold - drift(x.minHold))
 }
 
 // pastMaxHold returns the error of Extend on a lock held for its
@@ -47,7 +58,7 @@ func (l *Lock) took(sent time.Time) {
 func (l *Lock) pastMaxHold() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.x == nil || l.x.capAt.IsZero() || time.Now().Before(l.x.capAt) {
+	if capAt := l.x.capAt(); capAt.IsZero() || time.Now().Before(capAt) {
 		return nil
 	}
 	return fmt.Errorf("%w: %q: taken with WithMaxHold(%v), which has passed", ErrMaxHold, l.key, l.x.maxHold)
@@ -173,8 +184,8 @@ func (l *Lock) Deadline() time.Time {
 // deadline is Deadline with l.mu held.
 func (l *Lock) deadline() time.Time {
 	d := l.sent.Add(l.ttl - drift(l.ttl))
-	if l.x != nil && l.x.minUntil.After(d) {
-		return l.x.minUntil // Redis keeps it for its minimum
+	if until := l.x.minUntil(); until.After(d) {
+		return until // Redis keeps it for its minimum
 	}
 	return d
 }

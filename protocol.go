@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The script protocol: what Go sends the scripts of the one way to wait
@@ -145,7 +147,7 @@ func (l *Lock) ticket() string {
 	b.WriteByte(' ')
 	b.WriteString(l.c.notify.id)
 	b.WriteByte(' ')
-	if l.c.notify.plain {
+	if _, cluster := l.c.rdb.(*redis.ClusterClient); cluster {
 		b.WriteString(listenPlain)
 	} else {
 		b.WriteString(listenSharded)

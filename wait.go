@@ -66,9 +66,7 @@ func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Loc
 	if err != nil {
 		return nil, opError("acquire", l.key, err)
 	}
-	// Behind another waiter of this Client on the attempt path, it waits
-	// for a lock that is held.
-	wt := &wait{c: c, l: l, w: w, o: o, held: !l.queued() && !c.mayAttempt(w)}
+	wt := &wait{c: c, l: l, w: w, o: o}
 	defer func() { wt.end(ctx, err == nil) }()
 	mustAttempt := true // the next step is an attempt (else: a wait)
 	for {
@@ -103,7 +101,7 @@ type wait struct {
 	w          *waiter
 	o          options
 	attempts   int  // attempts that did not get the lock
-	held       bool // it found the lock held: only then is a timeout contention
+	held       bool // it found the lock held: a timeout then is contention
 	subscribed bool // it subscribed its key's channel
 	waiting    bool // its observer was told that it waits
 }
@@ -114,7 +112,7 @@ type wait struct {
 func (wt *wait) attempt(ctx context.Context) (_ *Lock, again bool, _ error) {
 	c, l, w := wt.c, wt.l, wt.w
 	if err := ctx.Err(); err != nil {
-		if wt.held {
+		if wt.held || wt.waiting { // it found the lock held, or waited for others
 			return nil, false, c.waitEnded(ctx, w)
 		}
 		return nil, false, opError("acquire", l.key, err)
@@ -191,9 +189,9 @@ func (wt *wait) tellWaiting(ctx context.Context) {
 // returns the error). mustAttempt says whether to attempt next.
 func (wt *wait) sleep(ctx context.Context) (_ *Lock, mustAttempt bool, _ error) {
 	c, l, w := wt.c, wt.l, wt.w
-	pending := c.isPending(w)
 	var timer <-chan time.Time
-	if d, ok := c.waitTimer(w, wt.o, wt.attempts); ok {
+	d, ok, pending := c.waitTimer(w, wt.o, wt.attempts)
+	if ok {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		timer = t.C
@@ -253,8 +251,8 @@ func (c *Client) waitEnded(ctx context.Context, w *waiter) error {
 // pending waiter until its Client's holder expires or pendingMax; a
 // waiter until the holder that keeps it out expires (as far as it knows),
 // or, when notifications are off, on its backoff. ok is false for no
-// timer.
-func (c *Client) waitTimer(w *waiter, o options, attempt int) (d time.Duration, ok bool) {
+// timer; pending says whether w waits for a release of its Client.
+func (c *Client) waitTimer(w *waiter, o options, attempt int) (d time.Duration, ok, pending bool) {
 	polls := !o.notify || !w.lock.queued() // on its backoff (see below)
 	backoff := time.Duration(0)
 	if polls {
@@ -265,27 +263,27 @@ func (c *Client) waitTimer(w *waiter, o options, attempt int) (d time.Duration, 
 	defer n.mu.Unlock()
 	if w.pending {
 		if w.carried {
-			return 0, false // a release in flight queues it, or wakes it
+			return 0, false, true // a release in flight queues it, or wakes it
 		}
-		return min(pendingMax, max(time.Until(w.holdUntil), 0)), true
+		return min(pendingMax, max(time.Until(w.holdUntil), 0)), true, true
 	}
 	if polls {
 		// Notifications are off, or on the attempt path (a release is
 		// announced, not granted), where only the head of the queue here
 		// attempts.
 		if q := n.queues[w.key]; !w.lock.queued() && (q == nil || q.waiters[0] != w) {
-			return 0, false
+			return 0, false, false
 		}
 		d = backoff
 		if !w.expires.IsZero() {
 			d = min(d, max(time.Until(w.expires), 0))
 		}
-		return d, true
+		return d, true, false
 	}
 	if w.expires.IsZero() {
-		return 0, false
+		return 0, false, false
 	}
-	return max(time.Until(w.expires), 0), true
+	return max(time.Until(w.expires), 0), true, false
 }
 
 // expiresIn records that what keeps w out expires ms after base (ms < 0:

@@ -65,7 +65,6 @@ type notifier struct {
 	tickets map[*lease]*waiter     // the leases of their tickets, to their waiters (see tickets.go)
 	subs    map[string]*subscriber // by routing group, see group
 	sharded int                    // 0 unknown, 1 sharded pub/sub works, -1 it does not
-	plain   bool                   // it listens with plain pub/sub (on a Cluster: see groupOn), whatever the server has
 	id      string                 // this Client's name in its tickets (see handChannel)
 	quiet   time.Duration          // pubsubQuiet (shorter in tests), set before any subscriber starts
 }
@@ -298,6 +297,9 @@ func (c *Client) retoken(l *Lock, w *waiter) {
 // observer's HandOff, then the grant, run on the Client's observer
 // goroutine).
 func (c *Client) deliver(nw news, base time.Time, bg bool) {
+	if len(nw.grants) == 0 && len(nw.hints) == 0 {
+		return // the common case: nobody else waits here
+	}
 	n := &c.notify
 	var handed []func()
 	n.mu.Lock()
