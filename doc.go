@@ -32,8 +32,9 @@
 // tickets' renewal, which looks at the keys they wait for, and its queue
 // is served within a renewal period (2.5s for a TTL of 5s or more). TryAcquire
 // does not queue: it takes a lock only when it is free. Redlock and keys
-// with a brace but no hash tag wait on the attempt path instead: a
-// release is announced, and the next waiter attempts.
+// with a brace but no hash tag cannot queue in Redis: they wait in the
+// same loop inside their Client only, where a release is announced on the
+// key's channel and the Client's first waiter attempts.
 // Its attempts share one token, so an attempt whose reply was lost and that
 // go-redis sends again finds its own lock and succeeds. A call that fails
 // never leaves the lock held: when it cannot tell whether an attempt took
@@ -49,6 +50,13 @@
 // extend was sent, plus the ttl, minus 1% of the ttl and 2ms for clock
 // drift (Lock.Deadline). Do and TryDo wrap acquire, keep-alive and release
 // around a function.
+//
+// WithMaxHold caps a lease: renewing stops that long after the lock was
+// taken, so a holder that hangs lets the others in (ErrMaxHold). WithMinHold
+// is the other end: the lock is not freed before that long after it was
+// taken, however soon it is released, which makes TryDo on every
+// instance's tick run a job at most once per interval; the minimum is kept
+// in Redis, by Redis's clock.
 //
 // With WithFencing, every acquire also increments a counter that never
 // expires, and Lock.Fence returns it: strictly increasing per key. Storage
@@ -104,13 +112,19 @@
 // does not depend on either: it is a timer.
 //
 // docs/SAFETY.md in the repository lists the faults padlock is tested
-// against, what it does under each, and what the caller must do.
+// against, what it does under each, and what the caller must do;
+// docs/INTERNALS.md says how the code keeps its promises.
+//
+// The padlocktest package tests code that uses padlock: a Client on a lock
+// server in the test's process (or a real redis-server), and the faults to
+// throw at a holder (Expire, Steal, Down, FastForward).
 //
 // # Errors
 //
 // TryAcquire and Acquire return ErrNotAcquired when someone else holds the
 // lock; Release, Extend and TTL return ErrNotHeld when the lock is no longer
-// ours; ErrLost is the cause of a KeepAlive context when the lock was lost;
+// ours; ErrLost is the cause of a KeepAlive context when the lock was lost
+// (with ErrMaxHold when it was held for its WithMaxHold);
 // ErrInvalid reports bad input (an empty key, a ttl under 1ms, a nil
 // client). Redis errors are wrapped, never reported as one of these. Match
 // them with errors.Is.
