@@ -112,12 +112,12 @@ func (s *luaScript) EvalSha(ctx context.Context, p redis.Pipeliner, keys []strin
 // script is lua/<name>.lua, after lua/token.lua, which every script
 // shares.
 func script(name string) *luaScript {
-	return &luaScript{src: withMin(source("token") + source(name))}
+	return &luaScript{src: withHold(source("token") + source(name))}
 }
 
-// withMin puts lua/min.lua at src's lines "--@min".
-func withMin(src string) string {
-	return strings.ReplaceAll(src, "--@min\n", source("min"))
+// withHold puts lua/hold.lua at src's lines "--@hold".
+func withHold(src string) string {
+	return strings.ReplaceAll(src, "--@hold\n", source("hold"))
 }
 
 // grantScript is a script that uses lua/grant.lua, inserted at its line
@@ -130,7 +130,7 @@ func grantScript(name string) *luaScript {
 	src := source("token") + before + fmt.Sprintf("local QUEUE_LIFE = %d\n", queueLife.Milliseconds()) + source("grant") + after
 	// A script may also read a key as inspect.lua does, as a function.
 	src = strings.Replace(src, "--@inspect\n", "local function inspect()\n"+source("inspect")+"end\n", 1)
-	return &luaScript{src: withMin(src)}
+	return &luaScript{src: withHold(src)}
 }
 
 func source(name string) string {

@@ -1,7 +1,7 @@
 -- acquire.lua: take the lock KEYS[1] for the value ARGV[1] (token, and
 -- metadata) for ARGV[2] milliseconds. KEYS[3], when present, is the key's
 -- fencing counter. With ARGV[3], KEYS[2] is the hash of the key's
--- minimums (see token.lua) and ARGV[3] this hold's minimum (WithMinHold,
+-- minimums (see hold.lua) and ARGV[3] this hold's minimum (WithMinHold,
 -- ms; 0 for none): the key expires at the later of the ttl and the
 -- minimum, or of a minimum the token still holds with; without it, KEYS[2]
 -- (the key's queue) is unused. The token is the value up to its first
@@ -19,7 +19,7 @@ if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER')
 if not KEYS[3] and (ARGV[3] or '0') == '0' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 0 -- the common case, in one command
 end
---@min
+--@hold
 local v = redis.call('GET', KEYS[1])
 if v and not sameToken(v, ARGV[1]) then return -2 - redis.call('PTTL', KEYS[1]) end
 -- Free, or held by our own token: a retry after a lost reply, or a token

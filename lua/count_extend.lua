@@ -1,7 +1,7 @@
 -- count_extend.lua: set the holder ARGV[1] of a semaphore or shared hold
 -- (KEYS[1] the key, KEYS[2] its queue; ARGV[3] 's' or 'n') to expire
 -- ARGV[2] ms from now, or when its minimum ends if that is later (see
--- token.lua), if it still holds. It never brings back an expired holder.
+-- hold.lua), if it still holds. It never brings back an expired holder.
 -- Returns 1 if extended, 0 if not.
 --@grant
 local K, kind = KEYS[1], ARGV[3]

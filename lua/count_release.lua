@@ -4,7 +4,7 @@
 -- client, ARGV[4] how long a ticket lives (ms), ARGV[5] flags as in
 -- release.lua ('m' may be held for a minimum, 'u' undo), then waiters to
 -- queue first, as in release.lua. It serves the queue. A holder kept for
--- its minimum (see token.lua) stays until the minimum ends instead.
+-- its minimum (see hold.lua) stays until the minimum ends instead.
 -- Returns {1, grants, hints} (as release.lua's) if the value was a
 -- holder, {0} if not (expired, or released).
 --@grant

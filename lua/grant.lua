@@ -17,7 +17,7 @@
 -- releases). Other clients are told by a message on P .. 'to:' .. client:
 -- "<token> <fence>" for a grant, "<token> wait <ms>" for a hint.
 
---@min
+--@hold
 local MARKER = 'padlock:shared'
 -- QUEUE_LIFE (ms), set by scripts.go before this file: how long a queue
 -- lives after the last call that renewed it; twice the longest ticket
@@ -50,7 +50,7 @@ end
 -- (for a multi-key lock, each key and its queue) and the value. kind is
 -- 'x' exclusive, 's' shared, 'n' a place of a semaphore of limit places,
 -- or 'm' every key of keys; min the hold's minimum (ms, 0 none: see
--- min.lua); listen 'p' for a client that hears only plain messages (on a
+-- hold.lua); listen 'p' for a client that hears only plain messages (on a
 -- Cluster), 's' for one that hears sharded ones where the server has them.
 local function parse(d)
   local k, ttl, min, f, c, ps, l, toklen, n, lens, pos =

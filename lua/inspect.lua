@@ -1,6 +1,6 @@
 -- inspect.lua: what Redis holds for the lock KEYS[1] now, read atomically.
 -- KEYS[2] the fencing counter, KEYS[3] the shared holders, KEYS[4] the
--- queue of waiters and KEYS[5] the holders' fences (see token.lua); all
+-- queue of waiters and KEYS[5] the holders' fences (see hold.lua); all
 -- but KEYS[1] are absent for a key that can have no side keys.
 --
 -- Returns {value (false if none or not a string), PTTL, fence counter

@@ -2,8 +2,8 @@
 -- grant.lua): KEYS the lock's key and its queue (for a multi-key lock, the
 -- same for every key); ARGV[1] its value, ARGV[2] the releasing client,
 -- ARGV[3] how long a ticket lives (ms), ARGV[4] flags: 'f' for a lock
--- taken with a fence (its record goes too: see token.lua's recordFence),
--- 'm' for one that may be held for a minimum (see token.lua: taken with
+-- taken with a fence (its record goes too: see hold.lua's recordFence),
+-- 'm' for one that may be held for a minimum (see hold.lua: taken with
 -- one, or by a chosen token), 'u' to undo an acquire (free the key even
 -- before its minimum); then pairs of token and ticket (see grant.lua's
 -- parse) of the client's waiters for the key that no call has queued
@@ -11,7 +11,7 @@
 --
 -- It deletes every key that still holds the value's token (the value up
 -- to its first space) and serves the queues; a key held for its minimum
--- (see token.lua) is set to expire when the minimum ends instead, and its
+-- (see hold.lua) is set to expire when the minimum ends instead, and its
 -- first waiter told when that is.
 -- Returns 0 if no key was ours (it changes nothing); 1 if every key was
 -- ours and nobody waits; else {1 or 0 (every key was ours, or not),
@@ -29,7 +29,7 @@ for i = 1, #KEYS, 2 do
   if sameToken(v, ARGV[1]) then
     local P, keep = string.sub(KEYS[i + 1], 1, -6), 0
     if kept then
---@min
+--@hold
       keep = keptFor(P .. 'mins', tokenOf(v))
     end
     if keep > 0 then

@@ -4,7 +4,7 @@
 -- sharded where the server has it, and plain as well (clients on a Cluster
 -- listen with plain pub/sub). A refused channel (ACL) only leaves the
 -- waiters to their timers. With ARGV[2] 'min', KEYS[2] is not a lock but
--- the hash of the minimums of the one lock KEYS[1] (see token.lua): held
+-- the hash of the minimums of the one lock KEYS[1] (see hold.lua): held
 -- for its minimum, the lock is set to expire when it ends instead.
 -- Returns how many were ours (deleted, or kept for their minimum).
 local n, last = 0, #KEYS
@@ -14,7 +14,7 @@ for i = 1, last do
   if sameToken(v, ARGV[1]) then
     local keep = 0
     if last < #KEYS then
---@min
+--@hold
       keep = keptFor(KEYS[2], tokenOf(v))
     end
     if keep > 0 then

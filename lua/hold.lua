@@ -1,6 +1,30 @@
--- min.lua: the minimums of holds taken WithMinHold (scripts.go inserts it
--- at a script's line "--@min", where the script first needs it: a local
--- function costs every call that reaches its definition).
+-- hold.lua: the records kept beside a hold, which only some calls need:
+-- its fence, and its minimum. scripts.go inserts it at a script's line
+-- "--@hold", where the script first needs it (a local function costs
+-- every call that reaches its definition, so a script's common case comes
+-- before it).
+
+-- A fenced lock's holder's fence is recorded in the hash of the key's
+-- holders' fences, beside the counter F (P .. 'fence': the hash is P ..
+-- 'fences'), for as long as the lock lives (ms).
+local function recordFence(F, token, fence, ms)
+  local H = F .. 's'
+  redis.call('HSET', H, token, fence)
+  redis.call('PEXPIRE', H, ms)
+end
+
+-- heldFence is the fence of token, which holds the lock whose counter is
+-- F, now renewed for ms: the recorded one, or, if it took none so far, a
+-- new one (above every earlier holder's), recorded.
+local function heldFence(F, token, ms)
+  local f = redis.call('HGET', F .. 's', token)
+  if not f then
+    f = redis.call('INCR', F)
+  end
+  recordFence(F, token, f, ms)
+  return tonumber(f)
+end
+
 -- now is the server's time, in ms.
 local function now()
   local t = redis.call('TIME')
