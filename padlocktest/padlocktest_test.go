@@ -190,7 +190,14 @@ func TestForgottenLocksLeakNothing(t *testing.T) {
 	l, err := locks.TryAcquire(t.Context(), "lock:forgotten", time.Minute)
 	require.NoError(t, err)
 	_, _ = l.KeepAlive(context.Background())
-	go func() { _, _ = srv.Client().Acquire(context.Background(), "lock:forgotten", time.Minute) }()
+	waiter := srv.Client()
+	go func() { _, _ = waiter.Acquire(context.Background(), "lock:forgotten", time.Minute) }()
+	// The test ends with the waiter waiting (not before it starts: a
+	// Client made after the test's cleanups ran would never be closed).
+	require.Eventually(t, func() bool {
+		info, err := srv.Holder("lock:forgotten")
+		return err == nil && info.Waiting == 1
+	}, 5*time.Second, 5*time.Millisecond)
 }
 
 // Check on the in-process server reports it as a test server; the lock

@@ -20,6 +20,7 @@ type Proxy struct {
 	latency   atomic.Int64 // nanoseconds added to every chunk, both ways
 	blackhole atomic.Bool  // swallow everything, answer nothing
 	down      atomic.Bool  // close every connection at once, as a server that is down
+	closed    atomic.Bool  // Close was called: forward nothing more
 	dropReply atomic.Int32 // replies still to drop, each followed by a cut
 	next      atomic.Int64 // the number of the next connection accepted
 	frozen    atomic.Int64 // connections numbered below it swallow everything
@@ -81,6 +82,7 @@ func (p *Proxy) CutAll() {
 // Close stops the proxy, closes every connection and waits for its
 // goroutines.
 func (p *Proxy) Close() {
+	p.closed.Store(true)
 	_ = p.ln.Close()
 	p.CutAll()
 	p.wg.Wait()
@@ -113,7 +115,10 @@ func (p *Proxy) accept() {
 		}
 		p.track(client, true)
 		p.track(server, true)
-		if p.down.Load() { // went down while this one was being dialled
+		// Went down, or was closed, while this one was being dialled (a
+		// connection tracked after Close's CutAll would be left open, and
+		// Close would wait for its pipes forever).
+		if p.down.Load() || p.closed.Load() {
 			p.track(client, false)
 			p.track(server, false)
 			_ = client.Close()
