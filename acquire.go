@@ -144,7 +144,7 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, o, err
 	}
 	l := &Lock{c: c, key: key, ttl: ttl}
-	if o.replicas > 0 || o.obs != nil || o.maxHoldSet || o.minHoldSet {
+	if o.replicas > 0 || o.obs != nil || o.maxHoldSet || o.minHoldSet || c.nodes != nil {
 		l.x = &lockExtra{replicas: o.replicas, replicaTimeout: o.replicaTimeout, obs: o.obs, maxHold: o.maxHold, minHold: o.minHold}
 	}
 	l.keys[0] = key

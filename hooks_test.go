@@ -195,6 +195,27 @@ func (h *slowFirstAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 	}
 }
 
+// lateFirstScript is a go-redis hook that sends the first script call
+// (an acquire, in the test) only after delay, and closes landed once
+// Redis has answered it.
+type lateFirstScript struct {
+	passHook // dials and pipelines pass through
+	fired    atomic.Bool
+	delay    time.Duration
+	landed   chan struct{}
+}
+
+func (h *lateFirstScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !isScript(cmd) || !h.fired.CompareAndSwap(false, true) {
+			return next(ctx, cmd)
+		}
+		time.Sleep(h.delay)
+		defer close(h.landed)
+		return next(ctx, cmd)
+	}
+}
+
 // counter is a go-redis hook that counts round trips (a pipeline is one)
 // and the commands sent.
 type counter struct {

@@ -24,6 +24,11 @@ type lockExtra struct {
 	maxHold        time.Duration // WithMaxHold: kept alive only this long after it was taken
 	minHold        time.Duration // WithMinHold: Redis keeps it at least this long after it was taken
 	takenAt        time.Time     // when the first successful acquire was sent: the holds count from it; under mu
+
+	// On a Redlock: per node, a channel closed when l's latest call there
+	// has answered (see nodeOrder).
+	nodesMu   sync.Mutex
+	nodesDone []chan struct{}
 }
 
 // took records that l was taken by a call sent at sent: its WithMaxHold

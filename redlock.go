@@ -47,36 +47,55 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Client {
 // quorum is how many nodes make a majority.
 func (c *Client) quorum() int { return len(c.nodes)/2 + 1 }
 
+// A nodeCall is one call on one node of a Redlock.
+type nodeCall func(ctx context.Context, r redis.UniversalClient) (int64, error)
+
 // nodeResult is one node's answer.
 type nodeResult struct {
 	n   int64
 	err error
 }
 
-// onNodes runs f on every node in parallel, each with its own timeout of
-// a tenth of ttl (at least 10ms), and returns their answers in node
-// order. It returns as soon as done, told each answer as it comes, says
-// the outcome is decided (a quorum, or too many against one), after a
-// grace of nodeGrace for answers on their way: so a node that does not
-// answer holds up nobody. The nodes that have not answered then have
-// errNoAnswer, and finish on their own (Close waits for them). With a nil
-// done, or once the Client is closed, it waits for every node. (go-redis
+// onNodes runs f on every node in parallel, and returns their answers in
+// node order. Each call has a timeout of a tenth of ttl (at least 10ms)
+// from when it starts: at once, or with an order, once the previous call
+// in that order answered on its node (see nodeOrder). onNodes returns as
+// soon as done, told each answer as it comes, says the outcome is decided
+// (a quorum, or too many against one), after a grace of nodeGrace for
+// answers on their way: so a node that does not answer holds up nobody.
+// The nodes that have not answered then have errNoAnswer, and finish on
+// their own, even once ctx ends (Close waits for them). With a nil done,
+// or once the Client is closed, it waits for every node. (go-redis
 // applies the timeout to dialing always, and to reads only with
 // ContextTimeoutEnabled: without it, a node that stops answering costs
 // its ReadTimeout.)
-func (c *Client) onNodes(ctx context.Context, ttl time.Duration, f func(ctx context.Context, r redis.UniversalClient) (int64, error), done func(nodeResult) bool) []nodeResult {
+func (c *Client) onNodes(ctx context.Context, ttl time.Duration, order *nodeOrder, f nodeCall, done func(nodeResult) bool) []nodeResult {
 	type answer struct {
 		i int
 		r nodeResult
 	}
 	answers := make(chan answer, len(c.nodes)) // room for every answer: no sender waits
+	// The calls end with ctx while onNodes waits for them, not after:
+	// callers cancel theirs when they return, and a late undo or release
+	// that ended then would leave the key held on its node.
+	calls, cancelCalls := context.WithCancel(context.WithoutCancel(ctx))
+	defer context.AfterFunc(ctx, cancelCalls)()
+	if ctx.Err() != nil {
+		cancelCalls() // at once, not in AfterFunc's goroutine
+	}
 	tracked := c.nodeCalls.add(len(c.nodes))
 	for i, node := range c.nodes {
 		go func() {
 			if tracked {
 				defer c.nodeCalls.done()
 			}
-			ctx, cancel := context.WithTimeout(ctx, max(ttl/10, 10*time.Millisecond))
+			if order != nil {
+				defer close(order.done[i])
+				if order.prev != nil {
+					<-order.prev[i] // bounded by that call's own timeout
+				}
+			}
+			ctx, cancel := context.WithTimeout(calls, max(ttl/10, 10*time.Millisecond))
 			defer cancel()
 			var r nodeResult
 			r.n, r.err = f(ctx, node)
@@ -101,6 +120,30 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, f func(ctx cont
 		break
 	}
 	return res
+}
+
+// A nodeOrder keeps one Lock's calls to each node in the order they were
+// made: on each node, a call starts once the Lock's previous call there
+// has answered (or timed out). onNodes does not wait for a node that has
+// not answered, so a late node holds up neither the caller nor the Lock's
+// next call on the other nodes; but an acquire that is late on one node
+// cannot land there after the release that undoes it, and leave the key
+// held on that node until its ttl.
+type nodeOrder struct {
+	prev []chan struct{} // per node: closed when the previous call there answered; nil for the first call
+	done []chan struct{} // per node: closed when this call there answered
+}
+
+// nextOnNodes returns the order of l's next call on its Redlock's nodes.
+func (l *Lock) nextOnNodes() *nodeOrder {
+	o := &nodeOrder{done: make([]chan struct{}, len(l.c.nodes))}
+	for i := range o.done {
+		o.done[i] = make(chan struct{})
+	}
+	l.x.nodesMu.Lock()
+	defer l.x.nodesMu.Unlock()
+	o.prev, l.x.nodesDone = l.x.nodesDone, o.done
+	return o
 }
 
 // nodeGrace is how long onNodes waits, once the outcome is decided, for
@@ -159,7 +202,7 @@ func (c *Client) checkRedlock(o options) error {
 func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	sent := time.Now()
 	won, lost := 0, 0
-	res := c.onNodes(ctx, l.ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+	res := c.onNodes(ctx, l.ttl, l.nextOnNodes(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return l.acquireOn(ctx, r)
 	}, func(r nodeResult) bool {
 		switch {
@@ -211,10 +254,10 @@ func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, er
 
 // redlockCount runs f on every node and counts the nodes that answered 1,
 // those that answered 0 (not ours), and joins the errors.
-func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, f func(ctx context.Context, r redis.UniversalClient) (int64, error)) (ours, notOurs int, err error) {
+func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, order *nodeOrder, f nodeCall) (ours, notOurs int, err error) {
 	var errs []error
 	yes, no := 0, 0
-	for _, r := range c.onNodes(ctx, ttl, f, func(r nodeResult) bool {
+	for _, r := range c.onNodes(ctx, ttl, order, f, func(r nodeResult) bool {
 		switch {
 		case r.err != nil:
 		case r.n > 0:
@@ -240,7 +283,7 @@ func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, f func(ctx
 // still held it.
 func (l *Lock) redlockRelease(ctx context.Context, undo bool) (int64, error) {
 	c := l.c
-	ours, notOurs, err := c.redlockCount(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+	ours, notOurs, err := c.redlockCount(ctx, l.currentTTL(), l.nextOnNodes(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return l.releaseOn(ctx, r, false, undo)
 	})
 	switch {
@@ -265,7 +308,7 @@ func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, erro
 	sent := time.Now()
 	script, keys, args := l.extendCall(ttl.Milliseconds())
 	ours, notOurs := 0, 0
-	res := c.onNodes(ctx, ttl, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+	res := c.onNodes(ctx, ttl, l.nextOnNodes(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return script.Run(ctx, r, keys, args...).Int64()
 	}, func(r nodeResult) bool {
 		switch {
@@ -329,11 +372,11 @@ func (l *Lock) redlockTTL(ctx context.Context) (int64, error) {
 // still guarantees: the quorum-th longest among the nodes that hold it;
 // -3 if fewer than a quorum do, or an error if too many could not answer
 // to tell.
-func (c *Client) quorumPTTL(ctx context.Context, ttl time.Duration, pttl func(ctx context.Context, r redis.UniversalClient) (int64, error)) (int64, error) {
+func (c *Client) quorumPTTL(ctx context.Context, ttl time.Duration, pttl nodeCall) (int64, error) {
 	var ttls []int64
 	var errs []error
 	holding, not := 0, 0
-	for _, r := range c.onNodes(ctx, ttl, pttl, func(r nodeResult) bool {
+	for _, r := range c.onNodes(ctx, ttl, nil, pttl, func(r nodeResult) bool {
 		switch {
 		case r.err != nil:
 		case r.n >= 0:
