@@ -57,18 +57,18 @@ type nodeResult struct {
 }
 
 // onNodes runs f on every node in parallel, and returns their answers in
-// node order. Each call has a timeout of a tenth of ttl (at least 10ms)
-// from when it starts: at once, or with an order, once the previous call
-// in that order answered on its node (see nodeOrder). onNodes returns as
-// soon as done, told each answer as it comes, says the outcome is decided
-// (a quorum, or too many against one), after a grace of nodeGrace for
-// answers on their way: so a node that does not answer holds up nobody.
-// The nodes that have not answered then have errNoAnswer, and finish on
-// their own, even once ctx ends (Close waits for them). With a nil done,
-// or once the Client is closed, it waits for every node. (go-redis
-// applies the timeout to dialing always, and to reads only with
-// ContextTimeoutEnabled: without it, a node that stops answering costs
-// its ReadTimeout.)
+// node order. Each call has a timeout of a tenth of ttl (at least 10ms);
+// with an order, it starts once the previous call in that order answered
+// on its node (see nodeOrder), or fails if its timeout ends first.
+// onNodes returns as soon as done, told each answer as it comes, says the
+// outcome is decided (a quorum, or too many against one), after a grace
+// of nodeGrace for answers on their way: so a node that does not answer
+// holds up nobody. The nodes that have not answered then have
+// errNoAnswer, and finish on their own, even once ctx ends (Close waits
+// for them). With a nil done, or once the Client is closed, it waits for
+// every node. (go-redis applies the timeout to dialing always, and to
+// reads only with ContextTimeoutEnabled: without it, a node that stops
+// answering costs its ReadTimeout.)
 func (c *Client) onNodes(ctx context.Context, ttl time.Duration, order *nodeOrder, f nodeCall, done func(nodeResult) bool) []nodeResult {
 	type answer struct {
 		i int
@@ -89,16 +89,15 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, order *nodeOrde
 			if tracked {
 				defer c.nodeCalls.done()
 			}
-			if order != nil {
-				defer close(order.done[i])
-				if order.prev != nil {
-					<-order.prev[i] // bounded by that call's own timeout
-				}
-			}
 			ctx, cancel := context.WithTimeout(calls, max(ttl/10, 10*time.Millisecond))
 			defer cancel()
+			defer order.finish(i)
 			var r nodeResult
-			r.n, r.err = f(ctx, node)
+			if order.wait(ctx, i) {
+				r.n, r.err = f(ctx, node)
+			} else {
+				r.err = ctx.Err()
+			}
 			answers <- answer{i, r}
 		}()
 	}
@@ -132,6 +131,34 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, order *nodeOrde
 type nodeOrder struct {
 	prev []chan struct{} // per node: closed when the previous call there answered; nil for the first call
 	done []chan struct{} // per node: closed when this call there answered
+}
+
+// wait waits until the call may start on node i: the previous call there
+// has answered. It reports false if ctx ended first. A nil o (a call in no
+// order) starts at once.
+func (o *nodeOrder) wait(ctx context.Context, i int) bool {
+	if o == nil || o.prev == nil {
+		return true
+	}
+	select {
+	case <-o.prev[i]:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// finish marks the call on node i answered, once the previous one there
+// has (each is bounded by its own timeout): the next call there starts
+// after both, even when this one gave up waiting.
+func (o *nodeOrder) finish(i int) {
+	if o == nil {
+		return
+	}
+	if o.prev != nil {
+		<-o.prev[i]
+	}
+	close(o.done[i])
 }
 
 // nextOnNodes returns the order of l's next call on its Redlock's nodes.
