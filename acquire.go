@@ -147,6 +147,9 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	if o.replicas > 0 || o.obs != nil || o.maxHoldSet || o.minHoldSet || c.nodes != nil {
 		l.x = &lockExtra{replicas: o.replicas, replicaTimeout: o.replicaTimeout, obs: o.obs, maxHold: o.maxHold, minHold: o.minHold}
 	}
+	if c.nodes != nil {
+		l.x.turns = &turnState{busy: make([]chan struct{}, len(c.nodes)), next: make([]chan struct{}, len(c.nodes))}
+	}
 	l.keys[0] = key
 	if o.fencing && !queueable(key) {
 		return nil, o, fmt.Errorf("%w: fencing needs a key with a hash tag or without braces, got %q", ErrInvalid, key)

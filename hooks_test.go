@@ -195,9 +195,10 @@ func (h *slowFirstAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 	}
 }
 
-// lateFirstScript is a go-redis hook that sends the first script call
-// (an acquire, in the test) only after delay, and closes landed once
-// Redis has answered it.
+// lateFirstScript is a go-redis hook that has the first script call (an
+// acquire, in the test) reach Redis only after delay, as a command already
+// on a slow network would, whatever happens to its context meanwhile; it
+// closes landed once Redis has answered it.
 type lateFirstScript struct {
 	passHook // dials and pipelines pass through
 	fired    atomic.Bool
@@ -212,7 +213,7 @@ func (h *lateFirstScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 		}
 		time.Sleep(h.delay)
 		defer close(h.landed)
-		return next(ctx, cmd)
+		return next(context.WithoutCancel(ctx), cmd)
 	}
 }
 

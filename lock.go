@@ -24,11 +24,7 @@ type lockExtra struct {
 	maxHold        time.Duration // WithMaxHold: kept alive only this long after it was taken
 	minHold        time.Duration // WithMinHold: Redis keeps it at least this long after it was taken
 	takenAt        time.Time     // when the first successful acquire was sent: the holds count from it; under mu
-
-	// On a Redlock: per node, a channel closed when l's latest call there
-	// has answered (see nodeOrder).
-	nodesMu   sync.Mutex
-	nodesDone []chan struct{}
+	turns          *turnState    // on a Redlock: how its calls take turns on the nodes (see nodeTurns)
 }
 
 // took records that l was taken by a call sent at sent: its WithMaxHold

@@ -56,32 +56,34 @@ type nodeResult struct {
 	err error
 }
 
-// onNodes runs f on every node in parallel, and returns their answers in
-// node order. Each call has a timeout of a tenth of ttl (at least 10ms);
-// with an order, it starts once the previous call in that order answered
-// on its node (see nodeOrder), or fails if its timeout ends first.
-// onNodes returns as soon as done, told each answer as it comes, says the
-// outcome is decided (a quorum, or too many against one), after a grace
-// of nodeGrace for answers on their way: so a node that does not answer
-// holds up nobody. The nodes that have not answered then have
-// errNoAnswer, and finish on their own, even once ctx ends (Close waits
-// for them). With a nil done, or once the Client is closed, it waits for
+// onNodes runs f on every node in parallel, each call with a timeout of a
+// tenth of ttl (at least 10ms), and returns their answers in node order.
+// It returns when ctx ends, or as soon as done, told each answer as it
+// comes, says the outcome is decided (a quorum, or too many against one),
+// after a grace of nodeGrace for answers on their way: so a node that does
+// not answer holds up nobody. The nodes that have not answered then have
+// errNoAnswer. With a nil done, or once the Client is closed, it waits for
 // every node. (go-redis applies the timeout to dialing always, and to
 // reads only with ContextTimeoutEnabled: without it, a node that stops
 // answering costs its ReadTimeout.)
-func (c *Client) onNodes(ctx context.Context, ttl time.Duration, order *nodeOrder, f nodeCall, done func(nodeResult) bool) []nodeResult {
+//
+// A call of a Lock's (turns not nil) takes its turn on each node (see
+// nodeTurns), and its timeout counts from then. Once onNodes has returned
+// it is not ended by ctx, but finishes on its own (Close waits for it):
+// callers cancel their contexts when they return, and a late undo or
+// release ended then would leave the key held on its node. A call of no
+// Lock's (Resume, Break, TTL) ends with ctx.
+func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns *nodeTurns, f nodeCall, done func(nodeResult) bool) []nodeResult {
 	type answer struct {
 		i int
 		r nodeResult
 	}
 	answers := make(chan answer, len(c.nodes)) // room for every answer: no sender waits
-	// The calls end with ctx while onNodes waits for them, not after:
-	// callers cancel theirs when they return, and a late undo or release
-	// that ended then would leave the key held on its node.
-	calls, cancelCalls := context.WithCancel(context.WithoutCancel(ctx))
-	defer context.AfterFunc(ctx, cancelCalls)()
-	if ctx.Err() != nil {
-		cancelCalls() // at once, not in AfterFunc's goroutine
+	calls := ctx
+	if turns != nil {
+		var cancel context.CancelFunc
+		calls, cancel = context.WithCancel(context.WithoutCancel(ctx))
+		defer context.AfterFunc(ctx, cancel)() // while onNodes waits
 	}
 	tracked := c.nodeCalls.add(len(c.nodes))
 	for i, node := range c.nodes {
@@ -89,14 +91,14 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, order *nodeOrde
 			if tracked {
 				defer c.nodeCalls.done()
 			}
-			ctx, cancel := context.WithTimeout(calls, max(ttl/10, 10*time.Millisecond))
-			defer cancel()
-			defer order.finish(i)
 			var r nodeResult
-			if order.wait(ctx, i) {
-				r.n, r.err = f(ctx, node)
+			if end, ok := turns.take(i); !ok {
+				r.err = errBusy
 			} else {
-				r.err = ctx.Err()
+				defer end()
+				ctx, cancel := context.WithTimeout(calls, max(ttl/10, 10*time.Millisecond))
+				defer cancel()
+				r.n, r.err = f(ctx, node)
 			}
 			answers <- answer{i, r}
 		}()
@@ -115,62 +117,73 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, order *nodeOrde
 			}
 			continue
 		case <-grace:
+		case <-ctx.Done():
 		}
 		break
 	}
 	return res
 }
 
-// A nodeOrder keeps one Lock's calls to each node in the order they were
-// made: on each node, a call starts once the Lock's previous call there
-// has answered (or timed out). onNodes does not wait for a node that has
-// not answered, so a late node holds up neither the caller nor the Lock's
-// next call on the other nodes; but an acquire that is late on one node
-// cannot land there after the release that undoes it, and leave the key
-// held on that node until its ttl.
-type nodeOrder struct {
-	prev []chan struct{} // per node: closed when the previous call there answered; nil for the first call
-	done []chan struct{} // per node: closed when this call there answered
+// nodeTurns makes a Lock's calls to one node of a Redlock take turns, one
+// at a time. A release made while a call is in flight on a node waits
+// there for it to answer, then runs (one release waits at a time: it
+// comes after every call before it); any other call, or a second release,
+// skips that node, which counts as not answering. So an acquire that
+// reaches a slow node after its attempt failed, or after the lock was
+// released, is undone there after it lands; and a node that does not
+// answer has at most two of the Lock's calls pending, each bounded by its
+// timeout.
+type nodeTurns struct {
+	*turnState      // the Lock's, shared by its calls
+	release    bool // this call is a release: it waits for its turn
 }
 
-// wait waits until the call may start on node i: the previous call there
-// has answered. It reports false if ctx ended first. A nil o (a call in no
-// order) starts at once.
-func (o *nodeOrder) wait(ctx context.Context, i int) bool {
-	if o == nil || o.prev == nil {
-		return true
-	}
-	select {
-	case <-o.prev[i]:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+// turnState is what a Lock's calls to its Redlock's nodes share.
+type turnState struct {
+	mu   sync.Mutex
+	busy []chan struct{} // per node: closed when the call in flight there ends; nil if none
+	next []chan struct{} // per node: the release that waits there for its turn, if any
 }
 
-// finish marks the call on node i answered, once the previous one there
-// has (each is bounded by its own timeout): the next call there starts
-// after both, even when this one gave up waiting.
-func (o *nodeOrder) finish(i int) {
-	if o == nil {
-		return
+// take takes the turn on node i, and returns its end, to call once the
+// call answered; ok is false if the call skips the node. A nil t (a call
+// of no Lock's) takes no turn.
+func (t *nodeTurns) take(i int) (end func(), ok bool) {
+	if t == nil {
+		return func() {}, true
 	}
-	if o.prev != nil {
-		<-o.prev[i]
+	mine := make(chan struct{})
+	t.mu.Lock()
+	prev := t.busy[i]
+	switch {
+	case prev == nil:
+		t.busy[i] = mine
+	case t.release && t.next[i] == nil:
+		t.next[i] = mine // the call in flight hands its turn on at its end
+	default:
+		t.mu.Unlock()
+		return nil, false
 	}
-	close(o.done[i])
+	t.mu.Unlock()
+	if prev != nil {
+		<-prev // bounded by that call's own timeout
+	}
+	return func() {
+		t.mu.Lock()
+		t.busy[i], t.next[i] = t.next[i], nil
+		t.mu.Unlock()
+		close(mine)
+	}, true
 }
 
-// nextOnNodes returns the order of l's next call on its Redlock's nodes.
-func (l *Lock) nextOnNodes() *nodeOrder {
-	o := &nodeOrder{done: make([]chan struct{}, len(l.c.nodes))}
-	for i := range o.done {
-		o.done[i] = make(chan struct{})
-	}
-	l.x.nodesMu.Lock()
-	defer l.x.nodesMu.Unlock()
-	o.prev, l.x.nodesDone = l.x.nodesDone, o.done
-	return o
+// errBusy is the result of a node that a call skipped: the Lock's
+// previous call there had not answered.
+var errBusy = errors.New("padlock: the previous call on this node has not answered")
+
+// turns returns how l's next call on its Redlock's nodes takes its turns:
+// a release waits for them, other calls skip a busy node.
+func (l *Lock) turns(release bool) *nodeTurns {
+	return &nodeTurns{turnState: l.x.turns, release: release}
 }
 
 // nodeGrace is how long onNodes waits, once the outcome is decided, for
@@ -229,7 +242,7 @@ func (c *Client) checkRedlock(o options) error {
 func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	sent := time.Now()
 	won, lost := 0, 0
-	res := c.onNodes(ctx, l.ttl, l.nextOnNodes(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+	res := c.onNodes(ctx, l.ttl, l.turns(false), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return l.acquireOn(ctx, r)
 	}, func(r nodeResult) bool {
 		switch {
@@ -281,10 +294,10 @@ func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, er
 
 // redlockCount runs f on every node and counts the nodes that answered 1,
 // those that answered 0 (not ours), and joins the errors.
-func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, order *nodeOrder, f nodeCall) (ours, notOurs int, err error) {
+func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, turns *nodeTurns, f nodeCall) (ours, notOurs int, err error) {
 	var errs []error
 	yes, no := 0, 0
-	for _, r := range c.onNodes(ctx, ttl, order, f, func(r nodeResult) bool {
+	for _, r := range c.onNodes(ctx, ttl, turns, f, func(r nodeResult) bool {
 		switch {
 		case r.err != nil:
 		case r.n > 0:
@@ -310,7 +323,7 @@ func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, order *nod
 // still held it.
 func (l *Lock) redlockRelease(ctx context.Context, undo bool) (int64, error) {
 	c := l.c
-	ours, notOurs, err := c.redlockCount(ctx, l.currentTTL(), l.nextOnNodes(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+	ours, notOurs, err := c.redlockCount(ctx, l.currentTTL(), l.turns(true), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return l.releaseOn(ctx, r, false, undo)
 	})
 	switch {
@@ -335,7 +348,7 @@ func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, erro
 	sent := time.Now()
 	script, keys, args := l.extendCall(ttl.Milliseconds())
 	ours, notOurs := 0, 0
-	res := c.onNodes(ctx, ttl, l.nextOnNodes(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+	res := c.onNodes(ctx, ttl, l.turns(false), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return script.Run(ctx, r, keys, args...).Int64()
 	}, func(r nodeResult) bool {
 		switch {
@@ -374,12 +387,18 @@ func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, erro
 
 // reestablish sets the lock again on node i, until deadline (what a quorum
 // still guarantees), if its answer r to an extend was that the key is gone
-// (it restarted empty); not if someone took it there meanwhile.
+// (it restarted empty); not if someone took it there meanwhile, nor while
+// another call of l's is in flight there (a release, say).
 func (l *Lock) reestablish(i int, r nodeResult, deadline time.Time) {
 	left := time.Until(deadline)
 	if r.err != nil || r.n != -1 || left < time.Millisecond {
 		return
 	}
+	end, ok := l.turns(false).take(i)
+	if !ok {
+		return
+	}
+	defer end()
 	ctx, cancel := context.WithTimeout(context.Background(), max(left/10, 10*time.Millisecond))
 	defer cancel()
 	_ = l.c.nodes[i].SetNX(ctx, l.key, l.value, left).Err() // best effort: the next renewal tries again

@@ -84,39 +84,60 @@ func TestRedlockQuorumOverEverySubset(t *testing.T) {
 	}
 }
 
-// A node whose acquire is sent after the attempt has failed without it
-// (a slow goroutine, a slow network) is cleaned up after that acquire
-// lands there, not before: a release that overtook it would leave the key
-// held on that node until its ttl.
+// A node whose acquire is sent after the attempt has failed without it,
+// or after the lock was released (a slow goroutine, a slow network), is
+// cleaned up after that acquire lands there, not before: a release that
+// overtook it would leave the key held on that node until its ttl. Here
+// the caller's context ends as its call returns, as with a deferred
+// cancel.
 func TestRedlockLateNodeIsUndoneAfterItLands(t *testing.T) {
-	t.Parallel() // starts servers of its own; mostly waits
-	e := startRedlock(t, 5)
-	ctx := t.Context()
-	late := &lateFirstScript{delay: 300 * time.Millisecond, landed: make(chan struct{})}
-	var clients []redis.UniversalClient
-	for i, s := range e.srvs {
-		rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
-		if i == 0 {
-			rdb.AddHook(late)
-		}
-		t.Cleanup(func() { _ = rdb.Close() })
-		clients = append(clients, rdb)
+	for _, tc := range []struct {
+		name  string
+		taken []int // nodes another holder has
+		want  []string
+	}{
+		{"failed attempt", []int{1, 2, 3}, []string{"", "other", "other", "other", ""}},
+		{"released at once", nil, []string{"", "", "", "", ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // starts servers of its own; mostly waits
+			e := startRedlock(t, 5)
+			var clients []redis.UniversalClient
+			for _, s := range e.srvs {
+				rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+				t.Cleanup(func() { _ = rdb.Close() })
+				clients = append(clients, rdb)
+			}
+			c := padlock.NewRedlock(clients)
+			t.Cleanup(func() { _ = c.Close() })
+			// The scripts are loaded on every node: the late acquire takes
+			// the key, with no NOSCRIPT and second call.
+			warm, err := c.TryAcquire(t.Context(), "lock:warm", time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, warm.Release(t.Context()))
+			late := &lateFirstScript{delay: 300 * time.Millisecond, landed: make(chan struct{})}
+			clients[0].AddHook(late)
+			for _, i := range tc.taken {
+				require.NoError(t, e.raws[i].Set(t.Context(), "lock:late", "other", time.Minute).Err())
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			l, err := c.TryAcquire(ctx, "lock:late", time.Minute)
+			if tc.taken != nil {
+				require.ErrorIs(t, err, padlock.ErrNotAcquired)
+			} else {
+				require.NoError(t, err)
+				require.NoError(t, l.Release(ctx))
+			}
+			cancel()
+			select {
+			case <-late.landed:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the late acquire never landed on node 0")
+			}
+			require.Eventually(t, func() bool { return slices.Equal(e.values("lock:late"), tc.want) }, 2*time.Second, 5*time.Millisecond,
+				"node 0 left clean: %q", e.values("lock:late"))
+		})
 	}
-	c := padlock.NewRedlock(clients)
-	t.Cleanup(func() { _ = c.Close() })
-	for _, i := range []int{1, 2, 3} {
-		require.NoError(t, e.raws[i].Set(ctx, "lock:late", "other", time.Minute).Err())
-	}
-	_, err := c.TryAcquire(ctx, "lock:late", time.Minute)
-	require.ErrorIs(t, err, padlock.ErrNotAcquired)
-	want := []string{"", "other", "other", "other", ""}
-	select {
-	case <-late.landed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the late acquire never landed on node 0")
-	}
-	require.Eventually(t, func() bool { return slices.Equal(e.values("lock:late"), want) }, 2*time.Second, 5*time.Millisecond,
-		"node 0 left clean: %q", e.values("lock:late"))
 }
 
 // Killing one, then two of five nodes during a lease keeps it (a quorum of
@@ -406,6 +427,36 @@ func TestRedlockCallsDoNotWaitForABlackholedNode(t *testing.T) {
 	assert.Less(t, took+time.Since(start), 2*time.Second, "not the blackholed node's 3s each")
 	bh.SetBlackhole(false)
 	require.NoError(t, c.Close())
+}
+
+// A Redlock call returns when its context ends, though the nodes it waits
+// for do not answer (go-redis's reads would wait for their ReadTimeout,
+// 3s): two of three nodes blackholed, TryAcquire and Extend with 200ms.
+// (Release is sent again on a context of its own: see its doc.)
+func TestRedlockCallsEndWithTheirContext(t *testing.T) {
+	t.Parallel() // mostly waits
+	clients, _, proxies := proxiedNodes(t, 3, 2)
+	c := padlock.NewRedlock(clients)
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := c.TryAcquire(t.Context(), "lock:held", time.Minute)
+	require.NoError(t, err)
+	proxies[0].SetBlackhole(true)
+	proxies[1].SetBlackhole(true)
+	for name, call := range map[string]func(ctx context.Context) error{
+		"TryAcquire": func(ctx context.Context) error {
+			_, err := c.TryAcquire(ctx, "lock:bh", time.Minute)
+			return err
+		},
+		"Extend": func(ctx context.Context) error { return l.Extend(ctx, time.Minute) },
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		start := time.Now()
+		err := call(ctx)
+		took := time.Since(start)
+		cancel()
+		require.Error(t, err, name)
+		assert.Less(t, took, 2*time.Second, "%s returned %v after %v, not at its context's end", name, err, took)
+	}
 }
 
 // Extend on a Redlock while Close runs: no race between the node calls
