@@ -58,21 +58,19 @@ type nodeResult struct {
 
 // onNodes runs f on every node in parallel, each call with a timeout of a
 // tenth of ttl (at least 10ms), and returns their answers in node order.
-// It returns when ctx ends, or as soon as done, told each answer as it
-// comes, says the outcome is decided (a quorum, or too many against one),
-// after a grace of nodeGrace for answers on their way: so a node that does
-// not answer holds up nobody. The nodes that have not answered then have
-// errNoAnswer. With a nil done, or once the Client is closed, it waits for
-// every node. (go-redis applies the timeout to dialing always, and to
-// reads only with ContextTimeoutEnabled: without it, a node that stops
-// answering costs its ReadTimeout.)
+// It returns as soon as done, told each answer as it comes, says the
+// outcome is decided (a quorum, or too many against one), after a grace
+// of nodeGrace for answers on their way: so a node that does not answer
+// holds up nobody; or when ctx ends. The nodes that have not answered
+// then have errNoAnswer. With a nil done, or once the Client is closed, it
+// waits for every node. (go-redis applies the timeout to dialing always,
+// and to reads only with ContextTimeoutEnabled: without it, a node that
+// stops answering costs its ReadTimeout.)
 //
-// A call of a Lock's (turns not nil) takes its turn on each node (see
-// nodeTurns), and its timeout counts from then. Once onNodes has returned
-// it is not ended by ctx, but finishes on its own (Close waits for it):
-// callers cancel their contexts when they return, and a late undo or
-// release ended then would leave the key held on its node. A call of no
-// Lock's (Resume, Break, TTL) ends with ctx.
+// A call of a Lock's (turns not nil) takes its turn on each node first
+// (see nodeTurns), and its timeout counts from then. A release is not
+// ended by ctx: its caller may have given up (a deferred cancel, Close),
+// and a release that was never sent would leave the key held.
 func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns *nodeTurns, f nodeCall, done func(nodeResult) bool) []nodeResult {
 	type answer struct {
 		i int
@@ -80,10 +78,8 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns *nodeTurn
 	}
 	answers := make(chan answer, len(c.nodes)) // room for every answer: no sender waits
 	calls := ctx
-	if turns != nil {
-		var cancel context.CancelFunc
-		calls, cancel = context.WithCancel(context.WithoutCancel(ctx))
-		defer context.AfterFunc(ctx, cancel)() // while onNodes waits
+	if turns != nil && turns.release {
+		calls = context.WithoutCancel(ctx)
 	}
 	tracked := c.nodeCalls.add(len(c.nodes))
 	for i, node := range c.nodes {
@@ -91,14 +87,12 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns *nodeTurn
 			if tracked {
 				defer c.nodeCalls.done()
 			}
-			var r nodeResult
-			if end, ok := turns.take(i); !ok {
-				r.err = errBusy
-			} else {
-				defer end()
+			r := nodeResult{err: errBusy}
+			if end, ok := turns.take(i); ok {
 				ctx, cancel := context.WithTimeout(calls, max(ttl/10, 10*time.Millisecond))
-				defer cancel()
 				r.n, r.err = f(ctx, node)
+				cancel()
+				end() // before the answer: the caller's next call may take the turn
 			}
 			answers <- answer{i, r}
 		}()
@@ -106,6 +100,10 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns *nodeTurn
 	res := make([]nodeResult, len(c.nodes))
 	for i := range res {
 		res[i].err = errNoAnswer
+	}
+	ended := ctx.Done()
+	if done == nil || !tracked {
+		ended = nil // every answer
 	}
 	var grace <-chan time.Time
 	for range c.nodes {
@@ -117,7 +115,7 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns *nodeTurn
 			}
 			continue
 		case <-grace:
-		case <-ctx.Done():
+		case <-ended:
 		}
 		break
 	}

@@ -429,6 +429,34 @@ func TestRedlockCallsDoNotWaitForABlackholedNode(t *testing.T) {
 	require.NoError(t, c.Close())
 }
 
+// An acquire whose context ends while two of three nodes are slow (their
+// acquires land after it returned) leaves nothing behind: the undo waits
+// for them on those nodes, though its own context has ended too.
+func TestRedlockGivenUpAcquireOnSlowNodesIsUndone(t *testing.T) {
+	t.Parallel() // mostly waits
+	clients, raws, proxies := proxiedNodes(t, 3, 2)
+	c := padlock.NewRedlock(clients)
+	t.Cleanup(func() { _ = c.Close() })
+	for i, p := range proxies {
+		require.NoError(t, clients[i].Ping(t.Context()).Err()) // a connection open: the acquire is sent at once
+		p.SetLatency(400 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err := c.TryAcquire(ctx, "lock:given-up", time.Minute)
+	require.Error(t, err)
+	cancel()
+	time.Sleep(time.Second) // the acquires have landed on the slow nodes
+	require.Eventually(t, func() bool {
+		for _, r := range raws {
+			if r.Exists(t.Context(), "lock:given-up").Val() != 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 20*time.Millisecond, "the key left on a node")
+}
+
 // A Redlock call returns when its context ends, though the nodes it waits
 // for do not answer (go-redis's reads would wait for their ReadTimeout,
 // 3s): two of three nodes blackholed, TryAcquire and Extend with 200ms.
