@@ -69,17 +69,18 @@ type nodeResult struct {
 //
 // A call of a Lock's (turns not nil) takes its turn on each node first
 // (see nodeTurns), and its timeout counts from then. A release is not
-// ended by ctx: its caller may have given up (a deferred cancel, Close),
-// and a release that was never sent would leave the key held.
+// ended by ctx (its caller may have given up: a deferred cancel, Close;
+// and a release that was never sent would leave the key held), and its
+// timeout is at most releaseTimeout.
 func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns *nodeTurns, f nodeCall, done func(nodeResult) bool) []nodeResult {
 	type answer struct {
 		i int
 		r nodeResult
 	}
 	answers := make(chan answer, len(c.nodes)) // room for every answer: no sender waits
-	calls := ctx
+	calls, timeout := ctx, max(ttl/10, 10*time.Millisecond)
 	if turns != nil && turns.release {
-		calls = context.WithoutCancel(ctx)
+		calls, timeout = context.WithoutCancel(ctx), min(timeout, releaseTimeout)
 	}
 	tracked := c.nodeCalls.add(len(c.nodes))
 	for i, node := range c.nodes {
@@ -89,7 +90,7 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns *nodeTurn
 			}
 			r := nodeResult{err: errBusy}
 			if end, ok := turns.take(i); ok {
-				ctx, cancel := context.WithTimeout(calls, max(ttl/10, 10*time.Millisecond))
+				ctx, cancel := context.WithTimeout(calls, timeout)
 				r.n, r.err = f(ctx, node)
 				cancel()
 				end() // before the answer: the caller's next call may take the turn
@@ -397,6 +398,14 @@ func (l *Lock) reestablish(i int, r nodeResult, deadline time.Time) {
 		return
 	}
 	defer end()
+	// A Release that began meanwhile has run here, or waits for this
+	// turn: a released lock is never set again.
+	l.mu.Lock()
+	held := l.state == stateHeld
+	l.mu.Unlock()
+	if !held {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(left/10, 10*time.Millisecond))
 	defer cancel()
 	_ = l.c.nodes[i].SetNX(ctx, l.key, l.value, left).Err() // best effort: the next renewal tries again

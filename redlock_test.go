@@ -457,6 +457,33 @@ func TestRedlockGivenUpAcquireOnSlowNodesIsUndone(t *testing.T) {
 	}, 5*time.Second, 20*time.Millisecond, "the key left on a node")
 }
 
+// A release's call to a node that does not answer is bounded by two
+// seconds, whatever the lock's ttl (a tenth of it would be a minute
+// here): Close, which waits for it, returns soon.
+func TestRedlockReleaseToABlackholedNodeIsBounded(t *testing.T) {
+	t.Parallel() // mostly waits
+	var clients []redis.UniversalClient
+	var proxies []*faultproxy.Proxy
+	for range 3 {
+		s := redistest.Start(t)
+		p, err := faultproxy.Start(s.Addr())
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		// Reads end with the call's context, not go-redis's ReadTimeout.
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = rdb.Close() })
+		clients, proxies = append(clients, rdb), append(proxies, p)
+	}
+	c := padlock.NewRedlock(clients)
+	l, err := c.TryAcquire(t.Context(), "lock:ten-minutes", 10*time.Minute)
+	require.NoError(t, err)
+	proxies[0].SetBlackhole(true)
+	require.NoError(t, l.Release(t.Context()), "released on a quorum")
+	start := time.Now()
+	require.NoError(t, c.Close())
+	assert.Less(t, time.Since(start), 6*time.Second, "Close waited for the blackholed node's release (2s, not 9s or more)")
+}
+
 // A Redlock call returns when its context ends, though the nodes it waits
 // for do not answer (go-redis's reads would wait for their ReadTimeout,
 // 3s): two of three nodes blackholed, TryAcquire and Extend with 200ms.
