@@ -19,9 +19,10 @@ import (
 
 // redlockEnv is five independent redis-servers and a Redlock over them.
 type redlockEnv struct {
-	srvs []*redistest.Server
-	raws []*redis.Client
-	c    *padlock.Client
+	srvs    []*redistest.Server
+	raws    []*redis.Client
+	clients []redis.UniversalClient // e.c's
+	c       *padlock.Client
 }
 
 func startRedlock(t testing.TB, n int, opts ...padlock.Option) *redlockEnv {
@@ -36,6 +37,7 @@ func startRedlock(t testing.TB, n int, opts ...padlock.Option) *redlockEnv {
 		t.Cleanup(func() { _ = rdb.Close() })
 		clients = append(clients, rdb)
 	}
+	e.clients = clients
 	e.c = padlock.NewRedlock(clients, opts...)
 	t.Cleanup(func() { _ = e.c.Close() })
 	return e
@@ -102,21 +104,14 @@ func TestRedlockLateNodeIsUndoneAfterItLands(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel() // starts servers of its own; mostly waits
 			e := startRedlock(t, 5)
-			var clients []redis.UniversalClient
-			for _, s := range e.srvs {
-				rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
-				t.Cleanup(func() { _ = rdb.Close() })
-				clients = append(clients, rdb)
-			}
-			c := padlock.NewRedlock(clients)
-			t.Cleanup(func() { _ = c.Close() })
+			c := e.c
 			// The scripts are loaded on every node: the late acquire takes
 			// the key, with no NOSCRIPT and second call.
 			warm, err := c.TryAcquire(t.Context(), "lock:warm", time.Minute)
 			require.NoError(t, err)
 			require.NoError(t, warm.Release(t.Context()))
 			late := &lateFirstScript{delay: 300 * time.Millisecond, landed: make(chan struct{})}
-			clients[0].AddHook(late)
+			e.clients[0].AddHook(late)
 			for _, i := range tc.taken {
 				require.NoError(t, e.raws[i].Set(t.Context(), "lock:late", "other", time.Minute).Err())
 			}
