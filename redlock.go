@@ -185,6 +185,23 @@ func (l *Lock) turns(release bool) *nodeTurns {
 	return &nodeTurns{turnState: l.x.turns, release: release}
 }
 
+// decided returns a done for onNodes: the outcome is decided once a
+// quorum of nodes gave an answer that yes accepts, or too many gave one
+// it does not for a quorum to be left. Errors count for neither.
+func (c *Client) decided(yes func(n int64) bool) func(nodeResult) bool {
+	ayes, noes := 0, 0
+	return func(r nodeResult) bool {
+		switch {
+		case r.err != nil:
+		case yes(r.n):
+			ayes++
+		default:
+			noes++
+		}
+		return ayes >= c.quorum() || noes > len(c.nodes)-c.quorum()
+	}
+}
+
 // nodeGrace is how long onNodes waits, once the outcome is decided, for
 // the answers on their way.
 const nodeGrace = 5 * time.Millisecond
@@ -240,19 +257,9 @@ func (c *Client) checkRedlock(o options) error {
 // at once, a quorum within the validity, or undo.
 func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	sent := time.Now()
-	won, lost := 0, 0
 	res := c.onNodes(ctx, l.ttl, l.turns(false), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return l.acquireOn(ctx, r)
-	}, func(r nodeResult) bool {
-		switch {
-		case r.err != nil:
-		case r.n >= 0:
-			won++
-		default:
-			lost++
-		}
-		return won >= c.quorum() || lost > len(c.nodes)-c.quorum()
-	})
+	}, c.decided(func(n int64) bool { return n >= 0 }))
 	took, pttl := 0, time.Duration(-1)
 	var errs []error
 	for _, r := range res {
@@ -295,17 +302,7 @@ func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, er
 // those that answered 0 (not ours), and joins the errors.
 func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, turns *nodeTurns, f nodeCall) (ours, notOurs int, err error) {
 	var errs []error
-	yes, no := 0, 0
-	for _, r := range c.onNodes(ctx, ttl, turns, f, func(r nodeResult) bool {
-		switch {
-		case r.err != nil:
-		case r.n > 0:
-			yes++
-		default:
-			no++
-		}
-		return yes >= c.quorum() || no > len(c.nodes)-c.quorum()
-	}) {
+	for _, r := range c.onNodes(ctx, ttl, turns, f, c.decided(func(n int64) bool { return n > 0 })) {
 		switch {
 		case r.err != nil:
 			errs = append(errs, r.err)
@@ -346,23 +343,19 @@ func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, erro
 	c := l.c
 	sent := time.Now()
 	script, keys, args := l.extendCall(ttl.Milliseconds())
-	ours, notOurs := 0, 0
 	res := c.onNodes(ctx, ttl, l.turns(false), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		return script.Run(ctx, r, keys, args...).Int64()
-	}, func(r nodeResult) bool {
+	}, c.decided(func(n int64) bool { return n == 1 }))
+	ours, notOurs := 0, 0
+	var errs []error
+	for _, r := range res {
 		switch {
 		case r.err != nil:
+			errs = append(errs, r.err)
 		case r.n == 1:
 			ours++
 		default:
 			notOurs++
-		}
-		return ours >= c.quorum() || notOurs > len(c.nodes)-c.quorum()
-	})
-	var errs []error
-	for _, r := range res {
-		if r.err != nil {
-			errs = append(errs, r.err)
 		}
 	}
 	ok := ours >= c.quorum() && time.Since(sent) < ttl-drift(ttl)
@@ -428,17 +421,7 @@ func (l *Lock) redlockTTL(ctx context.Context) (int64, error) {
 func (c *Client) quorumPTTL(ctx context.Context, ttl time.Duration, pttl nodeCall) (int64, error) {
 	var ttls []int64
 	var errs []error
-	holding, not := 0, 0
-	for _, r := range c.onNodes(ctx, ttl, nil, pttl, func(r nodeResult) bool {
-		switch {
-		case r.err != nil:
-		case r.n >= 0:
-			holding++
-		default:
-			not++
-		}
-		return holding >= c.quorum() || not > len(c.nodes)-c.quorum()
-	}) {
+	for _, r := range c.onNodes(ctx, ttl, nil, pttl, c.decided(func(n int64) bool { return n >= 0 })) {
 		switch {
 		case r.err != nil:
 			errs = append(errs, r.err)
