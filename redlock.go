@@ -67,19 +67,19 @@ type nodeResult struct {
 // and to reads only with ContextTimeoutEnabled: without it, a node that
 // stops answering costs its ReadTimeout.)
 //
-// A call of a Lock's (turns not nil) takes its turn on each node first
+// A call of a Lock's (turns of a Lock) takes its turn on each node first
 // (see nodeTurns), and its timeout counts from then. A release is not
 // ended by ctx (its caller may have given up: a deferred cancel, Close;
 // and a release that was never sent would leave the key held), and its
 // timeout is at most releaseTimeout.
-func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns *nodeTurns, f nodeCall, done func(nodeResult) bool) []nodeResult {
+func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns nodeTurns, f nodeCall, done func(nodeResult) bool) []nodeResult {
 	type answer struct {
 		i int
 		r nodeResult
 	}
 	answers := make(chan answer, len(c.nodes)) // room for every answer: no sender waits
 	calls, timeout := ctx, max(ttl/10, 10*time.Millisecond)
-	if turns != nil && turns.release {
+	if turns.release {
 		calls, timeout = context.WithoutCancel(ctx), min(timeout, releaseTimeout)
 	}
 	tracked := c.nodeCalls.add(len(c.nodes))
@@ -89,11 +89,11 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns *nodeTurn
 				defer c.nodeCalls.done()
 			}
 			r := nodeResult{err: errBusy}
-			if end, ok := turns.take(i); ok {
+			if turn, ok := turns.take(i); ok {
 				ctx, cancel := context.WithTimeout(calls, timeout)
 				r.n, r.err = f(ctx, node)
 				cancel()
-				end() // before the answer: the caller's next call may take the turn
+				turns.end(i, turn) // before the answer: the caller's next call may take the turn
 			}
 			answers <- answer{i, r}
 		}()
@@ -133,7 +133,7 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns *nodeTurn
 // answer has at most two of the Lock's calls pending, each bounded by its
 // timeout.
 type nodeTurns struct {
-	*turnState      // the Lock's, shared by its calls
+	*turnState      // the Lock's, shared by its calls; nil for a call of no Lock's
 	release    bool // this call is a release: it waits for its turn
 }
 
@@ -144,21 +144,21 @@ type turnState struct {
 	next []chan struct{} // per node: the release that waits there for its turn, if any
 }
 
-// take takes the turn on node i, and returns its end, to call once the
-// call answered; ok is false if the call skips the node. A nil t (a call
-// of no Lock's) takes no turn.
-func (t *nodeTurns) take(i int) (end func(), ok bool) {
-	if t == nil {
-		return func() {}, true
+// take takes the turn on node i, and returns it, to end once the call
+// answered; ok is false if the call skips the node. A call of no Lock's
+// takes no turn.
+func (t nodeTurns) take(i int) (turn chan struct{}, ok bool) {
+	if t.turnState == nil {
+		return nil, true
 	}
-	mine := make(chan struct{})
+	turn = make(chan struct{})
 	t.mu.Lock()
 	prev := t.busy[i]
 	switch {
 	case prev == nil:
-		t.busy[i] = mine
+		t.busy[i] = turn
 	case t.release && t.next[i] == nil:
-		t.next[i] = mine // the call in flight hands its turn on at its end
+		t.next[i] = turn // the call in flight hands its turn on at its end
 	default:
 		t.mu.Unlock()
 		return nil, false
@@ -167,12 +167,19 @@ func (t *nodeTurns) take(i int) (end func(), ok bool) {
 	if prev != nil {
 		<-prev // bounded by that call's own timeout
 	}
-	return func() {
-		t.mu.Lock()
-		t.busy[i], t.next[i] = t.next[i], nil
-		t.mu.Unlock()
-		close(mine)
-	}, true
+	return turn, true
+}
+
+// end ends turn, taken on node i, and hands it on to the release that
+// waits there, if any.
+func (t nodeTurns) end(i int, turn chan struct{}) {
+	if t.turnState == nil {
+		return
+	}
+	t.mu.Lock()
+	t.busy[i], t.next[i] = t.next[i], nil
+	t.mu.Unlock()
+	close(turn)
 }
 
 // errBusy is the result of a node that a call skipped: the Lock's
@@ -181,8 +188,8 @@ var errBusy = errors.New("padlock: the previous call on this node has not answer
 
 // turns returns how l's next call on its Redlock's nodes takes its turns:
 // a release waits for them, other calls skip a busy node.
-func (l *Lock) turns(release bool) *nodeTurns {
-	return &nodeTurns{turnState: l.x.turns, release: release}
+func (l *Lock) turns(release bool) nodeTurns {
+	return nodeTurns{turnState: l.x.turns, release: release}
 }
 
 // decided returns a done for onNodes: the outcome is decided once a
@@ -300,7 +307,7 @@ func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, er
 
 // redlockCount runs f on every node and counts the nodes that answered 1,
 // those that answered 0 (not ours), and joins the errors.
-func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, turns *nodeTurns, f nodeCall) (ours, notOurs int, err error) {
+func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, turns nodeTurns, f nodeCall) (ours, notOurs int, err error) {
 	var errs []error
 	for _, r := range c.onNodes(ctx, ttl, turns, f, c.decided(func(n int64) bool { return n > 0 })) {
 		switch {
@@ -386,11 +393,12 @@ func (l *Lock) reestablish(i int, r nodeResult, deadline time.Time) {
 	if r.err != nil || r.n != -1 || left < time.Millisecond {
 		return
 	}
-	end, ok := l.turns(false).take(i)
+	turns := l.turns(false)
+	turn, ok := turns.take(i)
 	if !ok {
 		return
 	}
-	defer end()
+	defer turns.end(i, turn)
 	// A Release that began meanwhile has run here, or waits for this
 	// turn: a released lock is never set again.
 	l.mu.Lock()
@@ -421,7 +429,7 @@ func (l *Lock) redlockTTL(ctx context.Context) (int64, error) {
 func (c *Client) quorumPTTL(ctx context.Context, ttl time.Duration, pttl nodeCall) (int64, error) {
 	var ttls []int64
 	var errs []error
-	for _, r := range c.onNodes(ctx, ttl, nil, pttl, c.decided(func(n int64) bool { return n >= 0 })) {
+	for _, r := range c.onNodes(ctx, ttl, nodeTurns{}, pttl, c.decided(func(n int64) bool { return n >= 0 })) {
 		switch {
 		case r.err != nil:
 			errs = append(errs, r.err)

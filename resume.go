@@ -181,7 +181,7 @@ const resumeNodeTTL = 5 * time.Second
 func (c *Client) redlockBreak(ctx context.Context, key string) (LockInfo, error) {
 	var mu sync.Mutex
 	infos := make([]LockInfo, len(c.nodes))
-	res := c.onNodes(ctx, resumeNodeTTL, nil, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+	res := c.onNodes(ctx, resumeNodeTTL, nodeTurns{}, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
 		reply, err := breakScript.Run(ctx, r, inspectKeys(key), c.notify.id).Slice()
 		if err != nil {
 			return 0, err

@@ -231,7 +231,7 @@ func (wt *wait) end(ctx context.Context, acquired bool) {
 	if inRedis, queued := wt.c.removeWaiter(wt.w, acquired); inRedis && !acquired {
 		// A chosen token that no reply has shown waiting may have held the
 		// key before this call: what it holds stays.
-		wt.l.leave(ctx, wt.l.chosenToken() && !queued)
+		wt.l.leave(ctx, wt.w.ticket, wt.l.chosenToken() && !queued)
 	}
 }
 
@@ -385,12 +385,12 @@ func (l *Lock) handed(g grant) bool {
 	return time.Until(l.deadline()) >= l.ttl*minValidity/100
 }
 
-// leave takes the waiting l out of its queues in Redis, for good, and
-// passes on what was granted to it meanwhile, unless keep (see
-// lua/leave.lua). It is best effort, on a context of its own: a waiter
-// left behind costs the others at most its ticket's life, and a lock
+// leave takes the waiting l, whose ticket is ticket, out of its queues in
+// Redis, for good, and passes on what was granted to it meanwhile, unless
+// keep (see lua/leave.lua). It is best effort, on a context of its own: a
+// waiter left behind costs the others at most its ticket's life, and a lock
 // granted to it its ttl.
-func (l *Lock) leave(ctx context.Context, keep bool) {
+func (l *Lock) leave(ctx context.Context, ticket string, keep bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCleanupTimeout)
 	defer cancel()
 	sent := time.Now()
@@ -398,7 +398,7 @@ func (l *Lock) leave(ctx context.Context, keep bool) {
 	if keep {
 		what = leaveKeep
 	}
-	reply, err := leaveScript.Run(ctx, l.c.rdb, l.queueKeys(), l.ticket(), goneLife.Milliseconds(), what).Slice()
+	reply, err := leaveScript.Run(ctx, l.c.rdb, l.queueKeys(), ticket, goneLife.Milliseconds(), what).Slice()
 	if err == nil {
 		l.c.deliver(readNews(reply, 1), sent, false)
 	}
