@@ -60,7 +60,7 @@ func (l *Lock) KeepAlive(ctx context.Context) (context.Context, context.CancelFu
 	if l.lease == nil {
 		// Under l.mu, so that a concurrent Release cannot remove the lease
 		// from the scheduler before it is in.
-		fresh := &lease{l: l, r: heldLocks{}, every: 3, ttl: l.ttl, sent: l.sent, capAt: l.x.capAt()}
+		fresh := &lease{l: l, r: heldLocks{}, ttl: l.ttl, sent: l.sent, capAt: l.x.capAt()}
 		if !l.c.sched.add(fresh) {
 			l.mu.Unlock()
 			cancel(fmt.Errorf("%w: %q: no keep-alive after Close", ErrClosed, l.key))
@@ -254,6 +254,9 @@ func (l *Lock) do(ctx context.Context, fn func(context.Context) error) (err erro
 // their leases in the scheduler: each at a third of its ttl, and every
 // one due about then in one pipeline of extends.
 type heldLocks struct{}
+
+// every is 3: a lock is renewed at a third of its ttl.
+func (heldLocks) every() int { return 3 }
 
 // renewAll extends leases: in one pipeline, except Redlock's and
 // WithReplicas' (each on its own, see scheduler.solo) and those whose

@@ -40,7 +40,6 @@ type scheduler struct {
 type lease struct {
 	l       *Lock
 	r       renewer
-	every   int           // renewed every ttl/every
 	ttl     time.Duration // the lock's ttl, or the ticket's life
 	sent    time.Time     // when the last successful acquire or extend was sent
 	retryAt time.Time     // after a failed renewal: not before then
@@ -60,10 +59,12 @@ type renewer interface {
 	lapsed(ls *lease, cause error)
 	// closed is told that the Client closed while ls was kept.
 	closed(ls *lease)
+	// every says how often a lease is renewed: every ttl/every.
+	every() int
 }
 
 // due is when ls is to be renewed.
-func (ls *lease) due() time.Time { return ls.sent.Add(ls.ttl / time.Duration(ls.every)) }
+func (ls *lease) due() time.Time { return ls.sent.Add(ls.ttl / time.Duration(ls.r.every())) }
 
 // capped reports whether ls is held for its WithMaxHold at now: it is not
 // renewed any more.

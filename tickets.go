@@ -190,7 +190,7 @@ func (c *Client) queued(w *waiter, sent time.Time, via *lease) {
 	}
 	var fresh *lease
 	if w.lease == nil {
-		fresh = &lease{l: w.lock, r: tickets{c}, every: 2, ttl: ticketLifeFor(w.lock.ttl), sent: sent}
+		fresh = &lease{l: w.lock, r: tickets{c}, ttl: ticketLifeFor(w.lock.ttl), sent: sent}
 		n.setLeaseLocked(w, fresh)
 	}
 	n.mu.Unlock()
@@ -222,6 +222,9 @@ func (n *notifier) setLeaseLocked(w *waiter, ls *lease) *lease {
 	}
 	return old
 }
+
+// every is 2: a ticket is renewed at half its life.
+func (tickets) every() int { return 2 }
 
 // renewAll renews the tickets of leases in one pipeline, looks at the keys
 // they wait for, and settles each: renewed, gone (granted, or lapsed: its
