@@ -146,11 +146,11 @@ func Start(t T, opts ...Option) *Server {
 	t.Cleanup(s.cleanup)
 	var err error
 	for try := 0; try < 5; try++ {
-		if s.port, err = freePort(); err != nil {
+		if s.port, err = pickPort(); err != nil {
 			continue
 		}
 		if s.tls {
-			if s.tlsPort, err = freePort(); err != nil {
+			if s.tlsPort, err = pickPort(); err != nil {
 				continue
 			}
 		}
@@ -161,6 +161,10 @@ func Start(t T, opts ...Option) *Server {
 	t.Fatalf("redistest: start %s: %v", s.bin, err)
 	return nil
 }
+
+// pickPort picks the port for a server to start on: freePort, or in this
+// package's tests a port they choose.
+var pickPort = freePort
 
 // freePort asks the kernel for a free loopback port. Another process may
 // take it before redis-server binds it; Start then tries another.
