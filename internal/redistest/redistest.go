@@ -40,6 +40,9 @@ type T interface {
 // startTimeout bounds how long a server may take to answer PING.
 const startTimeout = 10 * time.Second
 
+// startTries bounds how many ports Start tries.
+const startTries = 5
+
 // An Option changes how Start configures a server.
 type Option func(*config)
 
@@ -145,7 +148,7 @@ func Start(t T, opts ...Option) *Server {
 	s := &Server{t: t, bin: c.bin, dir: t.TempDir(), args: c.args, conf: c.conf, tls: c.tls}
 	t.Cleanup(s.cleanup)
 	var err error
-	for try := 0; try < 5; try++ {
+	for try := 0; try < startTries; try++ {
 		if s.port, err = pickPort(); err != nil {
 			continue
 		}
