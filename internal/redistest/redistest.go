@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -133,8 +134,12 @@ func Available(t T) {
 }
 
 // Start starts a redis-server on a free 127.0.0.1 port, with persistence
-// off unless an Option turns it on, and waits until it answers PING. The
-// server is killed when the test ends.
+// off unless an Option turns it on, and waits until it answers PING. It
+// checks that the server that answers is the one it started (by its
+// process id): another test binary may start a server on the port it
+// picked, or hold it, and Start then tries another port, up to startTries
+// ports in all, before it fails t. The server is killed when the test
+// ends.
 func Start(t T, opts ...Option) *Server {
 	t.Helper()
 	var c config
@@ -161,7 +166,7 @@ func Start(t T, opts ...Option) *Server {
 			return s
 		}
 	}
-	t.Fatalf("redistest: start %s: %v", s.bin, err)
+	t.Fatalf("redistest: start %s: gave up after %d tries: %v", s.bin, startTries, err)
 	return nil
 }
 
@@ -170,7 +175,8 @@ func Start(t T, opts ...Option) *Server {
 var pickPort = freePort
 
 // freePort asks the kernel for a free loopback port. Another process may
-// take it before redis-server binds it; Start then tries another.
+// take it before redis-server binds it (start finds out); Start then tries
+// another.
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -197,7 +203,49 @@ func (s *Server) Client() *redis.Client {
 	return rdb
 }
 
+// start starts the server on s.port and waits until it is ready. It
+// returns an error that wraps errPortTaken if another process holds the
+// port (or the TLS port): the server could not bind it, or another server
+// answers there.
 func (s *Server) start() error {
+	cmd, exited, err := s.launch()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(startTimeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			err := fmt.Errorf("redis-server on port %d exited: %s", s.port, s.logTail())
+			if strings.Contains(err.Error(), "Address already in use") {
+				err = fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
+		default:
+		}
+		pid, err := answer(s.Addr())
+		if pid != 0 && pid != cmd.Process.Pid {
+			s.kill()
+			return fmt.Errorf("%w: port %d answers as process %d, not as the redis-server started (%d)",
+				errPortTaken, s.port, pid, cmd.Process.Pid)
+		}
+		if pid != 0 && err == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.kill()
+	return fmt.Errorf("redis-server on port %d did not answer PING within %v: %s", s.port, startTimeout, s.logTail())
+}
+
+// errPortTaken is what start's error wraps when another process holds the
+// port it was to start on, as another test binary's server may: Start then
+// tries another port.
+var errPortTaken = errors.New("port taken by another process")
+
+// launch runs the server process and returns it, with a channel closed
+// when it has exited.
+func (s *Server) launch() (*exec.Cmd, chan struct{}, error) {
 	args := append([]string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
@@ -214,14 +262,14 @@ func (s *Server) start() error {
 	if s.tls {
 		targs, err := tlsArgs(s.dir, s.tlsPort)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		args = append(args, targs...)
 	}
 	cmd := exec.Command(s.bin, args...)
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
-		return err
+		return nil, nil, err
 	}
 	exited := make(chan struct{})
 	go func() {
@@ -231,43 +279,59 @@ func (s *Server) start() error {
 	s.mu.Lock()
 	s.cmd, s.exited, s.paused = cmd, exited, false
 	s.mu.Unlock()
-
-	deadline := time.Now().Add(startTimeout)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return fmt.Errorf("redis-server on port %d exited: %s", s.port, s.logTail())
-		default:
-		}
-		if ping(s.Addr()) == nil {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	s.kill()
-	return fmt.Errorf("redis-server on port %d did not answer PING within %v: %s", s.port, startTimeout, s.logTail())
+	return cmd, exited, nil
 }
 
-// ping sends PING over a raw connection and checks for PONG. A server that
-// is still loading its data answers -LOADING, which is not ready.
-func ping(addr string) error {
+// answer asks the server at addr for its process id (INFO server's
+// process_id; a Sentinel has it too) and PINGs it, over a raw connection.
+// pid is 0 if what answers does not tell; err is nil if it answers PONG. A
+// server that is still loading its data answers -LOADING, which is not
+// ready.
+func answer(addr string) (pid int, err error) {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return err
+	if _, err := conn.Write([]byte("INFO server\r\nPING\r\n")); err != nil {
+		return 0, err
 	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
+	r := bufio.NewReader(conn)
+	info, err := readBulk(r)
 	if err != nil {
-		return err
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			pid, _ = strconv.Atoi(v)
+		}
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return pid, err
 	}
 	if !strings.HasPrefix(line, "+PONG") {
-		return errors.New(strings.TrimSpace(line))
+		return pid, errors.New(strings.TrimSpace(line))
 	}
-	return nil
+	return pid, nil
+}
+
+// readBulk reads one RESP bulk string from r; an error reply is an error.
+func readBulk(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
+	if !strings.HasPrefix(line, "$") || err != nil || n < 0 {
+		return "", fmt.Errorf("not a bulk string: %q", strings.TrimSpace(line))
+	}
+	b := make([]byte, n+2)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", err
+	}
+	return string(b[:n]), nil
 }
 
 func (s *Server) logTail() string {
@@ -340,7 +404,9 @@ func (s *Server) Resume() {
 }
 
 // Restart stops the server (if it runs) and starts it again on the same
-// port and directory: without persistence it comes back empty.
+// port and directory: without persistence it comes back empty. If another
+// process took the port meanwhile (another server answers there, or the
+// server cannot bind it), Restart fails the test after a second of tries.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
