@@ -107,6 +107,31 @@ func startRedis(t *testing.T) server {
 	return server{url: "redis://" + srv.Addr(), raw: raw, c: padlock.New(raw)}
 }
 
+// deadURL is the URL of a loopback port where no Redis answers: a
+// listener of the test's own that closes every connection at once. It
+// stays open until the test ends, so no other test binary's server can
+// start on the port meanwhile, as one could on a port closed at once.
+func deadURL(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	return "redis://" + ln.Addr().String()
+}
+
 func (s server) exists(t *testing.T, key string) bool {
 	n, err := s.raw.Exists(context.Background(), key).Result()
 	require.NoError(t, err)
@@ -256,10 +281,7 @@ func TestRunForwardsSignals(t *testing.T) {
 }
 
 func TestRunWithRedisUnreachable(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	url := "redis://" + ln.Addr().String()
-	require.NoError(t, ln.Close())
+	url := deadURL(t)
 	marker := filepath.Join(t.TempDir(), "ran")
 
 	r := padlockRun(t, url, "run", "lock:x", "--", "touch", marker)
@@ -508,10 +530,7 @@ func TestDoctor(t *testing.T) {
 	assert.Equal(t, "eviction", got.Findings[0].Topic)
 	assert.Contains(t, got.Findings[0].Fix, "noeviction")
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	down := "redis://" + ln.Addr().String()
-	require.NoError(t, ln.Close())
+	down := deadURL(t)
 	for _, args := range [][]string{{"doctor"}, {"doctor", "-json"}} {
 		r = padlockRun(t, down, args...)
 		assert.Equal(t, 69, r.code, args)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -144,10 +143,7 @@ func TestVerbsBadUse(t *testing.T) {
 	_, err := s.raw.Get(t.Context(), "k").Result()
 	assert.Error(t, err, "bad use wrote nothing")
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	url := "redis://" + ln.Addr().String()
-	require.NoError(t, ln.Close())
+	url := deadURL(t)
 	for _, args := range [][]string{{"acquire", "k"}, {"release", "-token", "t", "k"}, {"extend", "-ttl", "1m", "-token", "t", "k"}, {"break", "k"}} {
 		r := padlockRun(t, url, args...)
 		assert.Equal(t, 69, r.code, fmt.Sprintf("%v: %s", args, r.stderr))
