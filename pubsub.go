@@ -279,9 +279,11 @@ func isUnknownCommand(err error) bool {
 // read delivers notifications until s is closed. A connection silent for
 // n.quiet gets a PING; one silent for as long again is replaced (see
 // pubsubQuiet). On a Sentinel failover client, a connection that no longer
-// listens on the primary is replaced within failoverProbe (see heard).
-// Messages sent while no connection listened are lost: once its channels
-// are subscribed again, every waiter looks.
+// listens on the primary is replaced within failoverProbe (see heard):
+// the reader wakes that often to probe, which tells nothing of the
+// connection (only an error does, or silence for n.quiet). Messages sent
+// while no connection listened are lost: once its channels are subscribed
+// again, every waiter looks.
 func (s *subscriber) read(n *notifier) {
 	defer close(s.done)
 	ps := s.current() // only read replaces it (see redial)
@@ -296,7 +298,6 @@ func (s *subscriber) read(n *notifier) {
 		msg, err := ps.ReceiveTimeout(context.Background(), wait)
 		var ne net.Error
 		timeout := err != nil && errors.As(err, &ne) && ne.Timeout()
-		silent := timeout && time.Since(heardAt) >= n.quiet
 		if err == nil {
 			heardAt = time.Now()
 		}
@@ -315,19 +316,21 @@ func (s *subscriber) read(n *notifier) {
 			}
 		case s.isClosed() || errors.Is(err, redis.ErrClosed):
 			return
-		case silent && !pinged:
+		case !timeout:
+			// go-redis dials again and resubscribes on the next receive.
+			time.Sleep(10 * time.Millisecond)
+			pinged, fresh = false, true
+		case time.Since(heardAt) < n.quiet:
+			// Woken to probe, not yet silent for long: nothing is wrong.
+		case !pinged:
 			pinged, heardAt = true, time.Now() // the PONG has n.quiet to come
 			if err := ps.Ping(context.Background()); err != nil {
 				pinged, fresh = false, true // go-redis dialled again, and resubscribed
 			}
-		case silent:
+		default:
 			if ps = s.redial(); ps == nil {
 				return
 			}
-			pinged, fresh = false, true
-		default:
-			// go-redis dials again and resubscribes on the next receive.
-			time.Sleep(10 * time.Millisecond)
 			pinged, fresh = false, true
 		}
 		if s.probe && (err == nil || timeout) && time.Since(probedAt) >= failoverProbe {
