@@ -36,6 +36,7 @@ type Client struct {
 	refused   error                   // what every call returns, for a client padlock cannot run on (a Ring), or nil
 	calls     dispatcher              // runs the observer's funcs for the background work (see observe)
 	nodeCalls tracker                 // calls to Redlock nodes not waited for (see onNodes)
+	unlisted  unlistedNodes           // clients of Cluster nodes a redirect named and no slot map lists (see onWriter)
 	observers tracker                 // Observe's goroutines
 	life      context.Context         // done once Close is called: ends every Observe
 	end       context.CancelFunc      // ends life
@@ -177,9 +178,10 @@ func hasHashTag(key string) bool {
 // of it closes its channel. Releases that could not reach Redis and were
 // being retried in the background (see Lock.Release) are abandoned: those
 // locks expire by their ttl. It does not release any lock and does not
-// close the go-redis client. Later calls that wait or keep alive return
-// ErrClosed; Release still works. Close is idempotent and always returns
-// nil.
+// close the go-redis client; it closes the clients the Client made of
+// Cluster nodes that no slot map listed (see WithReplicas). Later calls
+// that wait or keep alive return ErrClosed; Release still works. Close is
+// idempotent and always returns nil.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
@@ -188,6 +190,7 @@ func (c *Client) Close() error {
 	c.sched.close()
 	c.calls.wait()
 	c.nodeCalls.close()
+	c.unlisted.close()
 	c.end()
 	c.observers.close()
 	return nil

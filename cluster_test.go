@@ -239,8 +239,9 @@ type migration struct {
 	keys []string
 }
 
-// migrateKeys moves the keys of key's slot to another master, and leaves
-// the slot migrating (see moveSlot for the whole move).
+// migrateKeys moves the keys of key's slot to another master (the first of
+// nodes that is not the slot's), and leaves the slot migrating (see
+// moveSlot for the whole move).
 func migrateKeys(t *testing.T, nodes []*redistest.Server, cc *redis.ClusterClient, key string) migration {
 	t.Helper()
 	ctx := t.Context()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
@@ -305,10 +306,14 @@ func TestSentinelLossyFailoverWithReplicas(t *testing.T) {
 
 // A slot being migrated (a resharding) answers ASK for the keys already
 // moved: a WithReplicas lease's renewals follow it, with ASKING, to the
-// importing master, and the lease lives on through the migration.
+// importing master, and the lease lives on through the migration and the
+// MOVED after it; a WithReplicas TryAcquire of a key in the slot follows
+// ASK too. The importing master is one the Cluster client knows, then one
+// just added (CLUSTER MEET), which owns no slot and is in no slot map
+// while the first slot migrates to it.
 func TestClusterMigrationKeepsAWithReplicasLease(t *testing.T) {
 	if !longRun() {
-		t.Skip("six servers: the long mode (PADLOCK_LONG=1) runs it")
+		t.Skip("eight servers: the long mode (PADLOCK_LONG=1) runs it")
 	}
 	t.Parallel() // starts servers of its own; mostly waits
 	nodes := redistest.StartClusterN(t, 3)
@@ -319,10 +324,27 @@ func TestClusterMigrationKeepsAWithReplicasLease(t *testing.T) {
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = cc.Close() })
-	ctx := t.Context()
 	c := padlock.New(cc, padlock.WithReplicas(1, time.Second), padlock.WithFencing())
 	defer c.Close()
-	const key, ttl = "lock:{asked}", time.Second
+
+	t.Run("to a known master", func(t *testing.T) {
+		migrationKeepsLease(t, c, cc, nodes, "lock:{asked}")
+	})
+	t.Run("to a just-added master", func(t *testing.T) {
+		added := redistest.StartClusterMaster(t, nodes...)
+		redistest.StartClusterReplica(t, added)
+		// migrateKeys moves the keys to the first of the nodes that is
+		// not the slot's master.
+		to := migrationKeepsLease(t, c, cc, append([]*redistest.Server{added}, nodes...), "lock:{joined}")
+		require.Equal(t, added.Addr(), to.Addr())
+	})
+}
+
+// migrationKeepsLease holds key with c, kept alive, while its slot
+// migrates to another of nodes (the masters), and returns that master.
+func migrationKeepsLease(t *testing.T, c *padlock.Client, cc *redis.ClusterClient, nodes []*redistest.Server, key string) *redistest.Server {
+	ctx := t.Context()
+	const ttl = time.Second
 	l, err := c.Acquire(ctx, key, ttl)
 	require.NoError(t, err)
 	kctx, stop := l.KeepAlive(ctx)
@@ -330,6 +352,12 @@ func TestClusterMigrationKeepsAWithReplicasLease(t *testing.T) {
 
 	// The keys move, then (2 ttls later) the slot.
 	m := migrateKeys(t, nodes, cc, key)
+	// A key not on the source is asked for: an acquire (of one key, so
+	// not fenced: the importing master answers TRYAGAIN to a script whose
+	// keys it has only some of) is sent where the source asks. (Its
+	// release, with its queue's key, waits for the end of the migration.)
+	other, err := c.TryAcquire(ctx, key+":other", time.Minute, padlock.WithoutFencing())
+	assert.NoError(t, err, "an acquire follows ASK")
 	time.Sleep(2 * ttl) // renewals meet ASK: only those that follow it keep the lease
 	require.NoError(t, kctx.Err(), "the lease survived the migration: %v", context.Cause(kctx))
 	for _, n := range nodes {
@@ -337,5 +365,10 @@ func TestClusterMigrationKeepsAWithReplicasLease(t *testing.T) {
 	}
 	time.Sleep(2 * ttl) // and MOVED after it
 	require.NoError(t, kctx.Err(), "the lease survived the end of the migration: %v", context.Cause(kctx))
+	require.NoError(t, l.Extend(ctx, ttl))
 	require.NoError(t, l.Release(ctx))
+	if other != nil {
+		require.NoError(t, other.Release(ctx))
+	}
+	return m.to
 }

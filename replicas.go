@@ -21,7 +21,13 @@ import (
 //
 // It needs a *redis.Client (or failover client) or a *redis.ClusterClient;
 // on other clients the calls fail with ErrInvalid. n < 1 turns it off;
-// timeout under 1ms is ErrInvalid.
+// timeout under 1ms is ErrInvalid. A write and its WAIT go over one
+// connection to the key's primary; on a Cluster, a MOVED or ASK is
+// followed, as go-redis follows it, to the node it names, also one that
+// no slot map lists yet (a master just added, while the first slot
+// migrates to it): the Client makes a client of such a node from the
+// ClusterClient's Options (not its OnNewNode hooks), and keeps up to
+// eight such until Close.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return optionFunc(func(o *options) {
 		o.replicas, o.replicaTimeout = n, timeout
@@ -36,75 +42,61 @@ func (o options) checkReplicas() error {
 	return nil
 }
 
+// A pinned is one connection to a node, for a write and the WAIT after it.
+type pinned struct {
+	*redis.Conn
+	own *redis.Client // made for this connection alone (see unlistedNodes), or nil
+}
+
+// Close closes the connection, and its client if it was made for it.
+func (p *pinned) Close() error {
+	err := p.Conn.Close()
+	if p.own != nil {
+		_ = p.own.Close()
+	}
+	return err
+}
+
 // conn returns one connection to the primary of key, so that WAIT follows
 // the write it is about. The caller closes it.
-func (c *Client) conn(ctx context.Context, key string) (*redis.Conn, error) {
+func (c *Client) conn(ctx context.Context, key string) (*pinned, error) {
 	switch rdb := c.rdb.(type) {
 	case *redis.Client:
-		return rdb.Conn(), nil
+		return &pinned{Conn: rdb.Conn()}, nil
 	case *redis.ClusterClient:
 		node, err := rdb.MasterForKey(ctx, key)
 		if err != nil {
 			return nil, err
 		}
-		return node.Conn(), nil
+		return &pinned{Conn: node.Conn()}, nil
 	}
 	return nil, fmt.Errorf("%w: WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", ErrInvalid, c.rdb)
 }
 
-// writer returns what a write of l goes through: the client; or, with
-// WithReplicas, one connection to the key's primary (conn, for the caller
-// to close), so that the WAIT after the write follows it.
-func (l *Lock) writer(ctx context.Context) (r doer, conn *redis.Conn, err error) {
-	if l.replicaCount() == 0 {
-		return l.c.rdb, nil, nil
-	}
-	if conn, err = l.c.conn(ctx, l.key); err != nil {
-		return nil, nil, err
-	}
-	return connDoer{conn}, conn, nil
-}
-
-// onWriter runs write on l's writer and returns the connection it ran on
-// (nil without WithReplicas), open for the WAIT after it, for the caller
+// onWriter runs write on the Client's go-redis client or, with
+// WithReplicas, on one connection to l's primary, which it returns (nil
+// without WithReplicas) open for the WAIT after the write, for the caller
 // to close. On a Cluster, a node that answers MOVED or ASK ran nothing,
-// and a bare connection does not follow: after MOVED (the slot moved: a
-// failover, the end of a resharding) the Client's slot map is reloaded and
-// write is sent again to the key's master now; after ASK (a slot being
-// migrated) it is sent to the node that asks, after ASKING. A few times at
-// most.
-func (l *Lock) onWriter(ctx context.Context, write func(r doer) error) (*redis.Conn, error) {
-	ask := "" // the node that asked for the next try (ASK)
+// and a bare connection does not follow: write is sent again, as go-redis
+// does, to the node that the answer names (see redirected), whether or
+// not the Cluster client's slot map lists it. A few times at most.
+func (l *Lock) onWriter(ctx context.Context, write func(r doer) error) (*pinned, error) {
+	if l.replicaCount() == 0 {
+		return nil, write(l.c.rdb)
+	}
+	conn, err := l.c.conn(ctx, l.key)
 	for try := 0; ; try++ {
-		var r doer
-		var conn *redis.Conn
-		var err error
-		if ask != "" {
-			conn, err = l.c.askConn(ctx, ask)
-			r = connDoer{conn}
-		} else {
-			r, conn, err = l.writer(ctx)
-		}
 		if err != nil {
 			return nil, err
 		}
-		err = write(r)
-		if err == nil {
+		if err = write(connDoer{conn.Conn}); err == nil {
 			return conn, nil
 		}
-		if conn != nil {
-			_ = conn.Close()
-		}
-		kind, to := redirect(err)
-		if kind == "" || try == 3 {
+		_ = conn.Close()
+		if try == 3 {
 			return nil, err
 		}
-		ask = ""
-		if kind == "ASK" {
-			ask = to
-		} else if err := l.c.followSlot(ctx, l.key, to, err); err != nil {
-			return nil, err
-		}
+		conn, err = l.c.redirected(ctx, err)
 	}
 }
 
@@ -121,56 +113,130 @@ func redirect(err error) (kind, addr string) {
 	return kind, rest[strings.LastIndexByte(rest, ' ')+1:]
 }
 
-// followSlot reloads the Client's Cluster slot map until key's master in
-// it is no longer the one that answered moved (for addr), for up to 2s or
-// until ctx ends (go-redis reloads it in the background, at most every
-// 200ms).
-func (c *Client) followSlot(ctx context.Context, key, addr string, moved error) error {
+// redirected returns a connection to the node that err, a Cluster node's
+// MOVED or ASK, names, for the caller to close; or err itself if it is
+// neither or the Client is not on a Cluster. After ASK (a slot being
+// migrated: the node imports it) the connection sends ASKING before each
+// script. After MOVED (the slot moved: a failover, the end of a
+// resharding) the slot map is fresh too, for the next writes (nodeConn
+// reloads it).
+func (c *Client) redirected(ctx context.Context, err error) (*pinned, error) {
+	kind, addr := redirect(err)
 	rdb, ok := c.rdb.(*redis.ClusterClient)
-	if !ok {
-		return moved
+	if kind == "" || !ok {
+		return nil, err
 	}
-	node, err := rdb.MasterForKey(ctx, key)
-	if err != nil {
-		return err
+	conn := c.nodeConn(ctx, rdb, addr)
+	if kind == "ASK" {
+		conn.AddHook(asking{})
 	}
-	was := node.Options().Addr
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	for {
-		rdb.ReloadState(ctx)
-		if node, err := rdb.MasterForKey(ctx, key); err == nil && (node.Options().Addr == addr || node.Options().Addr != was) {
-			return nil
-		}
-		if sleep(ctx, 20*time.Millisecond) != nil {
-			return fmt.Errorf("the Cluster's slot map still names %s as %q's master: %w", was, key, moved)
-		}
-	}
+	return conn, nil
 }
 
-// askConn returns a connection to the Cluster master at addr that takes
-// scripts for a slot it is importing (see asking), for the caller to close.
-func (c *Client) askConn(ctx context.Context, addr string) (*redis.Conn, error) {
-	rdb, ok := c.rdb.(*redis.ClusterClient)
-	if !ok {
-		return nil, fmt.Errorf("ASK to %s on a %T", addr, c.rdb)
-	}
+// nodeConn returns a connection to the Cluster node at addr: from
+// go-redis's client of it if the Cluster client's slot map (reloaded
+// first, by ForEachShard) lists the node, and else from the Client's own
+// (see unlistedNodes). The caller closes it.
+func (c *Client) nodeConn(ctx context.Context, rdb *redis.ClusterClient, addr string) *pinned {
 	var mu sync.Mutex
-	var target *redis.Client
-	_ = rdb.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
-		if m.Options().Addr == addr {
+	var known *redis.Client
+	_ = rdb.ForEachShard(ctx, func(_ context.Context, n *redis.Client) error {
+		if n.Options().Addr == addr {
 			mu.Lock()
-			target = m
+			known = n
 			mu.Unlock()
 		}
 		return nil
 	})
-	if target == nil {
-		return nil, fmt.Errorf("ASK to %s: not a master the Cluster client knows", addr)
+	if known != nil {
+		return &pinned{Conn: known.Conn()}
 	}
-	conn := target.Conn()
-	conn.AddHook(asking{})
-	return conn, nil
+	return c.unlisted.conn(rdb.Options(), addr)
+}
+
+// unlistedNodes are the clients a Client made of Cluster nodes that a
+// MOVED or ASK named but no slot map listed (a master just added owns no
+// slot, and is in none, while the first slot migrates to it), one per
+// address. It keeps at most maxUnlisted, until the Client's Close closes
+// them; past that, and after Close, a client is made for one connection
+// and closed with it (see pinned).
+type unlistedNodes struct {
+	mu     sync.Mutex
+	nodes  map[string]*redis.Client
+	closed bool
+}
+
+const maxUnlisted = 8
+
+// conn returns a connection to the node at addr of the Cluster with
+// options opt, for the caller to close.
+func (u *unlistedNodes) conn(opt *redis.ClusterOptions, addr string) *pinned {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if rdb := u.nodes[addr]; rdb != nil {
+		return &pinned{Conn: rdb.Conn()}
+	}
+	rdb := nodeClient(opt, addr)
+	if u.closed || len(u.nodes) == maxUnlisted {
+		return &pinned{Conn: rdb.Conn(), own: rdb}
+	}
+	if u.nodes == nil {
+		u.nodes = map[string]*redis.Client{}
+	}
+	u.nodes[addr] = rdb
+	return &pinned{Conn: rdb.Conn()}
+}
+
+// close closes the clients kept. A write on one of their connections at
+// that moment fails.
+func (u *unlistedNodes) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.closed = true
+	for _, rdb := range u.nodes {
+		_ = rdb.Close()
+	}
+	u.nodes = nil
+}
+
+// nodeClient returns a client of the Cluster node at addr, made as
+// go-redis makes its own node clients: from the ClusterClient's options
+// opt (auth, TLS, dialer, timeouts, pool), with opt.NewClient. The hooks
+// that ClusterClient.OnNewNode adds to go-redis's node clients are not
+// added to it.
+func nodeClient(opt *redis.ClusterOptions, addr string) *redis.Client {
+	o := &redis.Options{
+		Addr:       addr,
+		ClientName: opt.ClientName,
+		Dialer:     opt.Dialer,
+		OnConnect:  opt.OnConnect,
+
+		Protocol: opt.Protocol,
+		Username: opt.Username,
+		Password: opt.Password,
+
+		MaxRetries:      opt.MaxRetries,
+		MinRetryBackoff: opt.MinRetryBackoff,
+		MaxRetryBackoff: opt.MaxRetryBackoff,
+
+		DialTimeout:  opt.DialTimeout,
+		ReadTimeout:  opt.ReadTimeout,
+		WriteTimeout: opt.WriteTimeout,
+
+		PoolFIFO:        opt.PoolFIFO,
+		PoolSize:        opt.PoolSize,
+		PoolTimeout:     opt.PoolTimeout,
+		MinIdleConns:    opt.MinIdleConns,
+		MaxIdleConns:    opt.MaxIdleConns,
+		ConnMaxIdleTime: opt.ConnMaxIdleTime,
+		ConnMaxLifetime: opt.ConnMaxLifetime,
+
+		TLSConfig: opt.TLSConfig,
+	}
+	if opt.NewClient != nil {
+		return opt.NewClient(o)
+	}
+	return redis.NewClient(o)
 }
 
 // asking is a hook of a connection to a node that imports a slot: ASKING
@@ -207,7 +273,7 @@ func (c connDoer) Do(ctx context.Context, args ...any) *redis.Cmd {
 
 // replicated waits for l's replicas after a write on conn. On failure the
 // error says how many acknowledged.
-func (l *Lock) replicated(ctx context.Context, conn *redis.Conn) error {
+func (l *Lock) replicated(ctx context.Context, conn *pinned) error {
 	n, err := conn.Wait(ctx, l.replicaCount(), l.x.replicaTimeout).Result()
 	switch {
 	case err != nil:

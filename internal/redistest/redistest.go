@@ -518,6 +518,43 @@ func StartClusterN(t T, n int) []*Server {
 	return nodes
 }
 
+// StartClusterMaster starts a cluster node that joins the cluster of
+// nodes (CLUSTER MEET) as a master that owns no slot, as a cluster that
+// grows adds one before slots migrate to it, and waits until it and each
+// of nodes know every node of the cluster. No slot map (CLUSTER SLOTS)
+// lists it until it owns a slot.
+func StartClusterMaster(t T, nodes ...*Server) *Server {
+	t.Helper()
+	s := Start(t, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "2000"))
+	ctx := context.Background()
+	all := append([]*Server{s}, nodes...)
+	clients := make([]*redis.Client, len(all))
+	for i, n := range all {
+		clients[i] = n.Client()
+	}
+	known := func(rdb *redis.Client) int {
+		info, _ := rdb.ClusterInfo(ctx).Result()
+		_, n, _ := strings.Cut(info, "cluster_known_nodes:")
+		count, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(n, "\n", 2)[0]))
+		return count
+	}
+	want := known(clients[1]) + 1
+	if err := clients[0].ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(nodes[0].Port())).Err(); err != nil {
+		t.Fatalf("redistest: CLUSTER MEET: %v", err)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for i, rdb := range clients {
+		for known(rdb) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: %s knows %d nodes after %v, not %d", all[i].Addr(), known(rdb), startTimeout, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return s
+}
+
 // StartClusterReplica starts a cluster node that joins the cluster of
 // primary as its replica, and waits until it is in sync.
 func StartClusterReplica(t T, primary *Server) *Server {
