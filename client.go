@@ -170,21 +170,32 @@ func hasHashTag(key string) bool {
 	return strings.IndexByte(key[open+1:], '}') > 0
 }
 
-// Close ends the Client's background work and waits for its goroutines to
-// exit: every Acquire or Do waiting on it returns ErrClosed, every
-// KeepAlive of its locks ends with cause ErrClosed (renewing stops; the
-// locks stay held in Redis until released or expired), and every Observe
-// of it closes its channel. Releases that could not reach Redis and were
-// being retried in the background (see Lock.Release) are abandoned: those
-// locks expire by their ttl. It does not release any lock and does not
-// close the go-redis client. Later calls that wait or keep alive return
-// ErrClosed; Release still works. Close is idempotent and always returns
-// nil.
+// Close ends the Client's waits and background work, and waits for its
+// goroutines to exit. Every Acquire or Do waiting on it returns
+// ErrClosed: Close wakes them, waits for each to end (an attempt in
+// flight first gets its reply; one that got the lock returns it), and
+// takes their tickets out of the keys' queues in Redis, in one pipelined
+// round trip per node, passing on at once what a release granted to them
+// meanwhile; so the go-redis client may be closed as soon as Close
+// returns, and a waiter of another Client is served by the next release.
+// (A waiter that is running an observer's func is not waited for: Close
+// takes its ticket out for it, and it returns ErrClosed once back.) A
+// departure that cannot reach Redis within 2s is abandoned: its ticket
+// lapses within 5s, and a lock granted to it meanwhile expires by its
+// ttl. Every KeepAlive of its locks ends with cause ErrClosed (renewing
+// stops; the locks stay held in Redis until released or expired), and
+// every Observe of it closes its channel. Releases that could not reach
+// Redis and were being retried in the background (see Lock.Release) are
+// abandoned: those locks expire by their ttl. It does not release any
+// lock and does not close the go-redis client. Later calls that wait or
+// keep alive return ErrClosed; Release still works. Close is idempotent
+// and always returns nil.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
 	}
-	c.notify.closeAll()
+	c.depart(c.notify.closeWaiters())
+	c.notify.closeSubscribers()
 	c.sched.close()
 	c.calls.wait()
 	c.nodeCalls.close()
