@@ -239,6 +239,34 @@ func (wt *wait) end(ctx context.Context, acquired bool) {
 	}
 }
 
+// ended counts a waiter out of busy once it has ended (and sent its
+// leave, if it had one to send).
+func (n *notifier) ended() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.notBusyLocked()
+}
+
+func (n *notifier) notBusyLocked() {
+	n.busy--
+	if n.busy == 0 && n.idle != nil {
+		n.idle.Broadcast()
+	}
+}
+
+// aside runs f, an observer's func, on a waiter's goroutine, which Close
+// does not wait for meanwhile: f may close the Client. Close leaves, for
+// such a waiter, what it has in Redis (see closeWaiters).
+func (n *notifier) aside(f func()) {
+	n.mu.Lock()
+	n.notBusyLocked()
+	n.mu.Unlock()
+	f()
+	n.mu.Lock()
+	n.busy++
+	n.mu.Unlock()
+}
+
 // waitEnded is the error of w's wait that ctx ended: what w last saw of
 // its key (an attempt, or a renewal's look).
 func (c *Client) waitEnded(ctx context.Context, w *waiter) error {
@@ -410,6 +438,14 @@ func leaveArgs(ticket string, keep bool) []any {
 		what = leaveKeep
 	}
 	return []any{ticket, goneLife.Milliseconds(), what}
+}
+
+// A departure is what a waiter that gives up leaves in Redis (see
+// Lock.leave).
+type departure struct {
+	l      *Lock
+	ticket string
+	keep   bool // a chosen token that no reply has shown waiting may have held the key before: what it holds stays
 }
 
 // depart sends the leaves of the waiters that ended as the Client closed

@@ -163,14 +163,6 @@ func (c *Client) removeWaiter(w *waiter, acquired bool) *departure {
 	return d
 }
 
-// A departure is what a waiter that gives up leaves in Redis (see
-// Lock.leave).
-type departure struct {
-	l      *Lock
-	ticket string
-	keep   bool // a chosen token that no reply has shown waiting may have held the key before: what it holds stays
-}
-
 // departLocked returns w's departure, once: unless acquired, if w may
 // have a ticket (or a grant) in Redis that it has not left. The
 // notifier's mu must be held.
@@ -180,34 +172,6 @@ func (n *notifier) departLocked(w *waiter, acquired bool) (departure, bool) {
 	}
 	w.left = true
 	return departure{l: w.lock, ticket: w.ticket, keep: w.lock.chosenToken() && !w.queued}, true
-}
-
-// ended counts a waiter out of busy once it has ended (and sent its
-// leave, if it had one to send).
-func (n *notifier) ended() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.notBusyLocked()
-}
-
-func (n *notifier) notBusyLocked() {
-	n.busy--
-	if n.busy == 0 && n.idle != nil {
-		n.idle.Broadcast()
-	}
-}
-
-// aside runs f, an observer's func, on a waiter's goroutine, which Close
-// does not wait for meanwhile: f may close the Client. Close leaves, for
-// such a waiter, what it has in Redis (see closeWaiters).
-func (n *notifier) aside(f func()) {
-	n.mu.Lock()
-	n.notBusyLocked()
-	n.mu.Unlock()
-	f()
-	n.mu.Lock()
-	n.busy++
-	n.mu.Unlock()
 }
 
 // wakeKey wakes every waiter of key in this Client but but to attempt.
