@@ -171,22 +171,30 @@ func hasHashTag(key string) bool {
 	return strings.IndexByte(key[open+1:], '}') > 0
 }
 
-// Close ends the Client's background work and waits for its goroutines to
-// exit: every Acquire or Do waiting on it returns ErrClosed, every
-// KeepAlive of its locks ends with cause ErrClosed (renewing stops; the
-// locks stay held in Redis until released or expired), and every Observe
-// of it closes its channel. Releases that could not reach Redis and were
-// being retried in the background (see Lock.Release) are abandoned: those
-// locks expire by their ttl. It does not release any lock and does not
-// close the go-redis client; it closes the clients the Client made of
-// Cluster nodes that no slot map listed (see WithReplicas). Later calls
-// that wait or keep alive return ErrClosed; Release still works. Close is
-// idempotent and always returns nil.
+// Close ends the Client's waits and background work, and waits for its
+// goroutines to exit. Every Acquire or Do waiting on it returns ErrClosed:
+// Close wakes them, waits for each to end (an attempt in flight first gets
+// its reply), and takes their tickets out of Redis, one pipelined round
+// trip per node, passing on at once what a release granted them meanwhile.
+// So the go-redis client may be closed as soon as Close returns (see
+// ExampleClient_Close), and the next release serves another Client's
+// waiter. A waiter inside an observer's func is not waited for: Close
+// takes its ticket out, and it returns ErrClosed once back. Departures that
+// cannot reach Redis within 2s are abandoned: their tickets lapse within
+// 5s. Every KeepAlive of its locks ends with cause ErrClosed (the locks
+// stay held until released or expired), every Observe of it closes its
+// channel, and releases being retried in the background (see
+// Lock.Release) are abandoned: those locks expire by their ttl. Close
+// releases no lock and does not close the go-redis client; it closes the
+// clients it made of Cluster nodes that no slot map listed (see
+// WithReplicas). Later calls that wait or keep alive return ErrClosed;
+// Release still works. Close is idempotent and always returns nil.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
 	}
-	c.notify.closeAll()
+	c.depart(c.notify.closeWaiters())
+	c.notify.closeSubscribers()
 	c.sched.close()
 	c.calls.wait()
 	c.nodeCalls.close()

@@ -106,6 +106,45 @@ func ExampleClient_TryAcquire() {
 	// after release: true
 }
 
+// An instance shuts down while a request waits for a lock that another
+// instance holds: Close ends the wait with ErrClosed and takes the waiter
+// out of the lock's queue in Redis before it returns, so the go-redis
+// client is closed after it, and the next release serves the waiters that
+// are left.
+func ExampleClient_Close() {
+	mr := runMiniredis()
+	defer mr.Close()
+	ctx := context.Background()
+	otherRdb := redis.NewClient(&redis.Options{Addr: mr.Addr()}) // another instance's
+	defer otherRdb.Close()
+	other := padlock.New(otherRdb)
+	defer other.Close()
+	held, _ := other.TryAcquire(ctx, "lock:import", time.Minute)
+
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	locks := padlock.New(rdb)
+	waiting := make(chan struct{})
+	result := make(chan error)
+	go func() {
+		_, err := locks.Acquire(ctx, "lock:import", time.Minute, padlock.WithObserver(&padlock.Observer{
+			WaitStart: func(context.Context, string) { close(waiting) },
+		}))
+		result <- err
+	}()
+	<-waiting
+
+	// Shutting down: first the locks, then the go-redis client.
+	_ = locks.Close()
+	_ = rdb.Close()
+	fmt.Println("the request's Acquire:", errors.Is(<-result, padlock.ErrClosed))
+	info, _ := other.Inspect(ctx, "lock:import")
+	fmt.Println("waiting in Redis:", info.Waiting)
+	_ = held.Release(ctx)
+	// Output:
+	// the request's Acquire: true
+	// waiting in Redis: 0
+}
+
 // A long job holds a lease that is renewed in the background, and stops
 // when the lease is lost.
 func ExampleLock_KeepAlive() {

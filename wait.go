@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -180,7 +181,7 @@ func (wt *wait) tellWaiting(ctx context.Context) {
 	}
 	wt.waiting = true
 	if obs := wt.l.observer(); obs != nil && obs.WaitStart != nil {
-		obs.WaitStart(ctx, wt.l.key)
+		wt.c.notify.aside(func() { obs.WaitStart(ctx, wt.l.key) })
 	}
 }
 
@@ -198,6 +199,9 @@ func (wt *wait) sleep(ctx context.Context) (_ *Lock, mustAttempt bool, _ error) 
 	}
 	select {
 	case g := <-w.grant:
+		if c.notify.isClosed() {
+			break // its leave passes the lock on (see Client.Close)
+		}
 		if ctx.Err() != nil {
 			// The wait ended as the lock came: leave passes it on.
 			return nil, false, c.waitEnded(ctx, w)
@@ -223,16 +227,44 @@ func (wt *wait) sleep(ctx context.Context) (_ *Lock, mustAttempt bool, _ error) 
 }
 
 // end takes the call out of its queues, here and (if it did not get the
-// lock) in Redis, and tells the observer that it stopped waiting.
+// lock) in Redis, or has Close do it, and tells the observer that it
+// stopped waiting.
 func (wt *wait) end(ctx context.Context, acquired bool) {
+	if d := wt.c.removeWaiter(wt.w, acquired); d != nil {
+		d.l.leave(ctx, d.ticket, d.keep)
+	}
+	wt.c.notify.ended()
 	if obs := wt.l.observer(); wt.waiting && obs != nil && obs.WaitDone != nil {
 		obs.WaitDone(ctx, wt.l.key)
 	}
-	if inRedis, queued := wt.c.removeWaiter(wt.w, acquired); inRedis && !acquired {
-		// A chosen token that no reply has shown waiting may have held the
-		// key before this call: what it holds stays.
-		wt.l.leave(ctx, wt.w.ticket, wt.l.chosenToken() && !queued)
+}
+
+// ended counts a waiter out of busy once it has ended (and sent its
+// leave, if it had one to send).
+func (n *notifier) ended() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.notBusyLocked()
+}
+
+func (n *notifier) notBusyLocked() {
+	n.busy--
+	if n.busy == 0 && n.idle != nil {
+		n.idle.Broadcast()
 	}
+}
+
+// aside runs f, an observer's func, on a waiter's goroutine, which Close
+// does not wait for meanwhile: f may close the Client. Close leaves, for
+// such a waiter, what it has in Redis (see closeWaiters).
+func (n *notifier) aside(f func()) {
+	n.mu.Lock()
+	n.notBusyLocked()
+	n.mu.Unlock()
+	f()
+	n.mu.Lock()
+	n.busy++
+	n.mu.Unlock()
 }
 
 // waitEnded is the error of w's wait that ctx ended: what w last saw of
@@ -394,13 +426,60 @@ func (l *Lock) leave(ctx context.Context, ticket string, keep bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCleanupTimeout)
 	defer cancel()
 	sent := time.Now()
+	reply, err := leaveScript.Run(ctx, l.c.rdb, l.queueKeys(), leaveArgs(ticket, keep)...).Slice()
+	if err == nil {
+		l.c.deliver(readNews(reply, 1), sent, false)
+	}
+}
+
+func leaveArgs(ticket string, keep bool) []any {
 	what := leavePass
 	if keep {
 		what = leaveKeep
 	}
-	reply, err := leaveScript.Run(ctx, l.c.rdb, l.queueKeys(), ticket, goneLife.Milliseconds(), what).Slice()
-	if err == nil {
-		l.c.deliver(readNews(reply, 1), sent, false)
+	return []any{ticket, goneLife.Milliseconds(), what}
+}
+
+// A departure is what a waiter that gives up leaves in Redis (see
+// Lock.leave).
+type departure struct {
+	l      *Lock
+	ticket string
+	keep   bool // a chosen token that no reply has shown waiting may have held the key before: what it holds stays
+}
+
+// depart sends the leaves of the waiters that ended as the Client closed
+// in one pipeline (a round trip per node; and one more, as EVAL, for a
+// server that lacks the script), best effort as leave's.
+func (c *Client) depart(ds []departure) {
+	if len(ds) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	sent := time.Now()
+	cmds := make([]*redis.Cmd, len(ds))
+	for _, eval := range []bool{false, true} {
+		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, d := range ds {
+				keys, args := d.l.queueKeys(), leaveArgs(d.ticket, d.keep)
+				switch {
+				case !eval:
+					cmds[i] = leaveScript.EvalSha(ctx, p, keys, args...)
+				case isNoScript(cmds[i].Err()):
+					cmds[i] = p.Eval(ctx, leaveScript.src, keys, args...)
+				}
+			}
+			return nil
+		})
+		if !slices.ContainsFunc(cmds, func(cmd *redis.Cmd) bool { return isNoScript(cmd.Err()) }) {
+			break
+		}
+	}
+	for _, cmd := range cmds {
+		if reply, err := cmd.Slice(); err == nil {
+			c.deliver(readNews(reply, 1), sent, false)
+		}
 	}
 }
 

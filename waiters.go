@@ -16,7 +16,8 @@ import (
 // The lock order: a goroutine that holds notifier.mu takes no other
 // padlock mutex, except a subscriber's idle timer, which is under
 // notifier.mu itself; it sends nothing to Redis and calls no callback (a
-// grant's HandOff runs once mu is unlocked: see grantLocked). The
+// grant's HandOff runs once mu is unlocked: see grantLocked); Close waits
+// on idle, which unlocks it, for the waiters to end. The
 // scheduler's mu, a subscriber's mu and a Lock's mu are each taken alone,
 // or a Lock's mu before the scheduler's (KeepAlive), never the other way;
 // under its mu the scheduler only tries a Lock's extendMu, which never
@@ -45,6 +46,7 @@ type waiter struct {
 	holdUntil time.Time // while pending: when that Lock expires
 	carried   bool      // a release in flight is queueing it
 	removed   bool      // it stopped waiting
+	left      bool      // its leave is sent, or taken by Close (see Client.Close)
 	expires   time.Time // when what keeps it out expires, as far as it knows (zero: unknown)
 	free      bool      // its last look found what it waits for free, but waiters ahead of it
 }
@@ -58,15 +60,19 @@ type keyQueue struct {
 
 // notifier is the Client's state for waiting and notifications.
 type notifier struct {
-	mu      sync.Mutex
-	closed  bool
-	queues  map[string]*keyQueue
-	tokens  map[string]*waiter     // the one way's waiters, by token
-	tickets map[*lease]*waiter     // the leases of their tickets, to their waiters (see tickets.go)
-	subs    map[string]*subscriber // by routing group, see group
-	sharded int                    // 0 unknown, 1 sharded pub/sub works, -1 it does not
-	id      string                 // this Client's name in its tickets (see handChannel)
-	quiet   time.Duration          // pubsubQuiet (shorter in tests), set before any subscriber starts
+	mu       sync.Mutex
+	closed   bool
+	busy     int         // waiters that Close waits for: in acquireWaiting, not in an observer's func (see aside)
+	idle     *sync.Cond  // on mu: Close waits on it for busy to fall to 0
+	leaves   []departure // the leaves of waiters that ended once closed, for Close to send
+	departed bool        // Close took leaves: a waiter that ends later leaves by itself
+	queues   map[string]*keyQueue
+	tokens   map[string]*waiter     // the one way's waiters, by token
+	tickets  map[*lease]*waiter     // the leases of their tickets, to their waiters (see tickets.go)
+	subs     map[string]*subscriber // by routing group, see group
+	sharded  int                    // 0 unknown, 1 sharded pub/sub works, -1 it does not
+	id       string                 // this Client's name in its tickets (see handChannel)
+	quiet    time.Duration          // pubsubQuiet (shorter in tests), set before any subscriber starts
 }
 
 // addWaiter adds a waiter for l at the tail of its key's queue in this
@@ -89,6 +95,7 @@ func (c *Client) addWaiter(l *Lock) (*waiter, error) {
 	defer n.mu.Unlock()
 	q.waiters = append(q.waiters, w)
 	if !l.queued() {
+		n.busy++
 		return w, nil
 	}
 	w.token, w.ticket = l.tok(), l.ticket()
@@ -103,6 +110,7 @@ func (c *Client) addWaiter(l *Lock) (*waiter, error) {
 		n.tokens = make(map[string]*waiter)
 	}
 	n.tokens[w.token] = w
+	n.busy++
 	// A chosen token queues itself: it may find an earlier wait's ticket
 	// (or the mark that it left), which a release could not tell from a
 	// late call.
@@ -125,14 +133,21 @@ func sameLimit(a, b *Lock) bool {
 }
 
 // removeWaiter takes w out of this Client's queue and stops renewing its
-// ticket; unless acquired, its Lock does not hold the key. It reports
-// whether w may have a ticket (or a grant) in Redis, which it must leave,
-// and whether a reply showed it queued there.
-func (c *Client) removeWaiter(w *waiter, acquired bool) (inRedis, queued bool) {
+// ticket; unless acquired, its Lock does not hold the key. It returns the
+// leave that w must send if it may have a ticket (or a grant) in Redis,
+// or nil: none, or Close sends it (see Client.Close).
+func (c *Client) removeWaiter(w *waiter, acquired bool) *departure {
 	n := &c.notify
 	n.mu.Lock()
 	w.removed = true
-	inRedis, queued = w.sent || w.queued || w.carried, w.queued
+	var d *departure
+	if dep, ok := n.departLocked(w, acquired); ok {
+		if n.closed && !n.departed {
+			n.leaves = append(n.leaves, dep) // Close sends it
+		} else {
+			d = &dep
+		}
+	}
 	ls := n.setLeaseLocked(w, nil)
 	if n.tokens[w.token] == w {
 		delete(n.tokens, w.token)
@@ -145,7 +160,18 @@ func (c *Client) removeWaiter(w *waiter, acquired bool) (inRedis, queued bool) {
 	if ls != nil {
 		c.sched.remove(ls)
 	}
-	return inRedis, queued
+	return d
+}
+
+// departLocked returns w's departure, once: unless acquired, if w may
+// have a ticket (or a grant) in Redis that it has not left. The
+// notifier's mu must be held.
+func (n *notifier) departLocked(w *waiter, acquired bool) (departure, bool) {
+	if acquired || w.left || !(w.sent || w.queued || w.carried) {
+		return departure{}, false
+	}
+	w.left = true
+	return departure{l: w.lock, ticket: w.ticket, keep: w.lock.chosenToken() && !w.queued}, true
 }
 
 // wakeKey wakes every waiter of key in this Client but but to attempt.
@@ -175,6 +201,9 @@ func (c *Client) mayAttempt(w *waiter) bool {
 	n := &c.notify
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.closed {
+		return false // it returns ErrClosed (see wait.sleep)
+	}
 	if !w.lock.queued() {
 		q := n.queues[w.key]
 		return q == nil || q.waiters[0] == w // no queue: the Client closed (its next look says so)
@@ -489,10 +518,13 @@ func (n *notifier) wakeAll() {
 	}
 }
 
-// closeAll marks the notifier closed, wakes every waiter, and closes every
-// subscriber, waiting for their readers.
-func (n *notifier) closeAll() {
+// closeWaiters marks the notifier closed, wakes every waiter and waits
+// for them to end; it returns what they have to leave in Redis: theirs,
+// and that of the waiters in an observer's func (see aside), which return
+// ErrClosed once back.
+func (n *notifier) closeWaiters() []departure {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.closed = true
 	for _, q := range n.queues {
 		for _, w := range q.waiters {
@@ -500,6 +532,30 @@ func (n *notifier) closeAll() {
 			signal(w.turn)
 		}
 	}
+	if n.idle == nil {
+		n.idle = sync.NewCond(&n.mu)
+	}
+	for n.busy > 0 {
+		n.idle.Wait()
+	}
+	leaves := n.leaves
+	n.leaves, n.departed = nil, true
+	for _, q := range n.queues {
+		for _, w := range q.waiters {
+			if d, ok := n.departLocked(w, false); ok {
+				leaves = append(leaves, d)
+				if n.tokens[w.token] == w {
+					delete(n.tokens, w.token) // it has left: no grant to it is handed over here
+				}
+			}
+		}
+	}
+	return leaves
+}
+
+// closeSubscribers closes every subscriber, waiting for their readers.
+func (n *notifier) closeSubscribers() {
+	n.mu.Lock()
 	subs := n.subs
 	n.subs = nil
 	for _, s := range subs {

@@ -1,0 +1,184 @@
+package padlock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/padlock-go/padlock"
+)
+
+// An instance with 40 waiters shuts down as the examples do: Close, then
+// the go-redis client's Close. Close has taken its waiters out of Redis
+// before it returns, in one round trip, so none of their tickets is left
+// in the queue, and the holder's release serves a waiter of another
+// Client at once, not after the ttl of a waiter that is gone.
+func TestCloseTakesItsWaitersOutOfRedis(t *testing.T) {
+	e := newReal(t, nil)
+	holder, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err)
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr()})
+	trips := &scriptTrips{}
+	rdb.AddHook(trips)
+	closing := padlock.New(rdb)
+	const waiters = 40
+	var results []<-chan waited
+	for range waiters {
+		results = append(results, acquireLater(e.ctx, closing, e.key, 30*time.Second))
+	}
+	waitFor(t, e, waiters)
+	other := acquireLater(e.ctx, moreClients(t, e, 1)[0], e.key, time.Minute)
+	waitFor(t, e, waiters+1)
+
+	trips.reset()
+	require.NoError(t, closing.Close())
+	require.NoError(t, rdb.Close())
+	for _, r := range results {
+		select {
+		case w := <-r:
+			require.ErrorIs(t, w.err, padlock.ErrClosed)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiter did not return after Close")
+		}
+	}
+	left, err := e.raw.ZCard(e.ctx, queueKey(e.key)).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), left, "only the other Client's ticket is queued")
+	assert.Equal(t, []int{waiters}, trips.reset(), "the leaves, in one round trip")
+
+	released := time.Now()
+	require.NoError(t, holder.Release(e.ctx))
+	select {
+	case w := <-other:
+		require.NoError(t, w.err)
+		t.Logf("the other Client's waiter was served %v after the release", time.Since(released))
+		require.NoError(t, w.l.Release(e.ctx))
+	case <-time.After(3 * time.Second): // a departed waiter would hold it for 30s
+		t.Fatalf("the other Client's waiter was not served in 3s; the key holds %q", e.get(e.key))
+	}
+}
+
+// A waiter whose observer's func runs when Close comes is not waited
+// for (the func may be what closes the Client): Close takes its ticket out
+// of Redis for it, so the holder's release grants it nothing, and the
+// waiter returns ErrClosed once its func is done.
+func TestCloseLeavesForAWaiterInItsObserver(t *testing.T) {
+	e := newReal(t, nil)
+	holder, err := moreClients(t, e, 1)[0].TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err)
+	inside, back := make(chan struct{}), make(chan struct{})
+	got := acquireLater(e.ctx, e.c, e.key, time.Minute, padlock.WithObserver(&padlock.Observer{
+		WaitStart: func(context.Context, string) {
+			close(inside)
+			<-back
+		},
+	}))
+	<-inside
+	require.NoError(t, e.c.Close())
+	left, err := e.raw.ZCard(e.ctx, queueKey(e.key)).Result()
+	require.NoError(t, err)
+	require.Zero(t, left, "its ticket left the queue")
+	require.NoError(t, holder.Release(e.ctx))
+	require.Empty(t, e.get(e.key), "nobody was granted the lock")
+	close(back)
+	require.ErrorIs(t, (<-got).err, padlock.ErrClosed)
+}
+
+// Waiters that cannot queue in Redis (a Redlock's, a key with a brace but
+// no hash tag) attempt on their own. Close waits for an attempt in flight
+// (here slowed by latency), so each of them returns ErrClosed, not the
+// error of a go-redis client closed under it.
+func TestCloseWaitsForAttemptsInFlight(t *testing.T) {
+	tests := []struct {
+		name  string
+		key   string
+		nodes int
+	}{
+		{"redlock", "lock:close:redlock", 3},
+		{"brace", "lock:close:{brace", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clients, raws, proxies := proxiedNodes(t, tt.nodes, tt.nodes)
+			for _, r := range raws {
+				require.NoError(t, r.Set(t.Context(), tt.key, "another holder", time.Minute).Err())
+			}
+			c := padlock.NewRedlock(clients)
+			if tt.nodes == 1 {
+				c = padlock.New(clients[0])
+			}
+			fast := padlock.WithBackoff(padlock.ExponentialBackoff(time.Millisecond, time.Millisecond))
+			var results []<-chan waited
+			for range 3 {
+				results = append(results, acquireLater(t.Context(), c, tt.key, time.Minute, fast))
+			}
+			time.Sleep(50 * time.Millisecond) // the head attempts
+			for _, p := range proxies {
+				p.SetLatency(100 * time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond) // an attempt is slowed on its way
+			require.NoError(t, c.Close())
+			for _, r := range clients {
+				require.NoError(t, r.Close())
+			}
+			for _, r := range results {
+				select {
+				case w := <-r:
+					require.ErrorIs(t, w.err, padlock.ErrClosed)
+				case <-time.After(5 * time.Second):
+					t.Fatal("a waiter did not return after Close")
+				}
+			}
+		})
+	}
+}
+
+// scriptTrips is a hook that counts the scripts of each round trip that
+// has any.
+type scriptTrips struct {
+	passHook
+	mu    sync.Mutex
+	trips []int
+}
+
+func (s *scriptTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.count([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (s *scriptTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		s.count(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (s *scriptTrips) count(cmds []redis.Cmder) {
+	n := 0
+	for _, cmd := range cmds {
+		if isScript(cmd) {
+			n++
+		}
+	}
+	if n > 0 {
+		s.mu.Lock()
+		s.trips = append(s.trips, n)
+		s.mu.Unlock()
+	}
+}
+
+// reset returns the counts so far, and starts again.
+func (s *scriptTrips) reset() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	trips := s.trips
+	s.trips = nil
+	return trips
+}
