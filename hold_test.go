@@ -392,3 +392,35 @@ func TestWhatEndsAHoldEarlyKeepsItsMinimum(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, r.Deadline().After(time.Now().Add(e.pttl(short))), "not later than the key's expiry")
 }
+
+// A waiter handed the lock by a release counts its WithMaxHold from the
+// grant, not from when it queued: granted 1.5s into its wait (before its
+// ticket's first renewal, at 2.5s), an Acquire(10s, WithMaxHold(1s)) is
+// extended at once, and Extend is ErrMaxHold only once 1s has passed since
+// the grant. For a lock, a semaphore place, and a writer after a shared
+// hold.
+func TestMaxHoldCountsFromTheHandOff(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
+	const maxHold, ttl = time.Second, 10 * time.Second
+	e := newReal(t, nil)
+	for _, k := range holdKinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			cs := moreClients(t, e, 2)
+			key := "lock:" + t.Name()
+			h, err := cs[0].TryAcquire(t.Context(), key, ttl, k.hold...)
+			require.NoError(t, err)
+			got := acquireLater(t.Context(), cs[1], key, ttl, append(k.wait, padlock.WithMaxHold(maxHold))...)
+			waitForOn(t, cs[0], key, 1)
+			time.Sleep(maxHold + maxHold/2) // past the cap, counted from the queueing
+			require.NoError(t, h.Release(t.Context()))
+			w := <-got
+			granted := time.Now()
+			require.NoError(t, w.err)
+			require.NoError(t, w.l.Extend(t.Context(), ttl), "the cap counts from the grant")
+			time.Sleep(time.Until(granted.Add(maxHold)))
+			require.ErrorIs(t, w.l.Extend(t.Context(), ttl), padlock.ErrMaxHold, "and caps it then")
+			require.NoError(t, w.l.Release(t.Context()))
+		})
+	}
+}

@@ -79,7 +79,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 	}
 	l.acqCmd = nil
 	l.sent = sent
-	l.took(sent)
+	l.took(sent, sent, 0)
 	if l.fenced() {
 		l.fence = fence
 	}
@@ -167,7 +167,7 @@ func (c *Client) redlockResume(ctx context.Context, key, token string, opts []Op
 		return nil, err
 	}
 	l.sent = sent
-	l.took(sent)
+	l.took(sent, sent, 0)
 	return l, nil
 }
 
