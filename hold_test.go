@@ -424,3 +424,44 @@ func TestMaxHoldCountsFromTheHandOff(t *testing.T) {
 		})
 	}
 }
+
+// A hold resumed by another Client keeps the minimum Redis keeps it for:
+// taken for 5s WithMinHold(2s), resumed and extended to 500ms, its
+// Deadline is still the minimum's end, and a Release at 1.2s returns nil
+// and leaves the key held by the token. For a lock, a semaphore place, a
+// shared hold, a fenced lock, and on Redlock.
+func TestResumedHoldKeepsItsMinimum(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
+	const minHold, ttl = 2 * time.Second, 5 * time.Second
+	// run: holder takes key with hold and the minimum; resumer resumes it.
+	run := func(t *testing.T, holder, resumer *padlock.Client, key string, hold []padlock.Option) {
+		sent := time.Now()
+		h, err := holder.TryAcquire(t.Context(), key, ttl, append(hold, padlock.WithMinHold(minHold))...)
+		require.NoError(t, err)
+		took := time.Now()
+		r, err := resumer.Resume(t.Context(), key, h.Token())
+		require.NoError(t, err)
+		require.NoError(t, r.Extend(t.Context(), 500*time.Millisecond))
+		assert.True(t, r.Deadline().After(sent.Add(minHold-100*time.Millisecond)), "Deadline counts the minimum: %v", r.Deadline().Sub(sent))
+		assert.False(t, r.Deadline().After(took.Add(minHold)), "never later than the minimum's end")
+		time.Sleep(time.Until(sent.Add(1200 * time.Millisecond)))
+		require.NoError(t, r.Release(t.Context()), "held by its token until the minimum")
+		info, err := resumer.Inspect(t.Context(), key)
+		require.NoError(t, err)
+		assert.True(t, info.Held, "kept for the minimum")
+		assert.Contains(t, tokens(info), h.Token())
+	}
+	e := newReal(t, nil)
+	for _, k := range append(holdKinds, holdKind{"fenced", []padlock.Option{padlock.WithFencing()}, nil}) {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			cs := moreClients(t, e, 2)
+			run(t, cs[0], cs[1], "lock:"+t.Name(), k.hold)
+		})
+	}
+	t.Run("redlock", func(t *testing.T) {
+		t.Parallel()
+		r := startRedlock(t, 3)
+		run(t, r.c, startRedlockOver(t, r), "lock:resumed-minimum:redlock", nil)
+	})
+}
