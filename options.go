@@ -134,6 +134,11 @@ func checkToken(token string) error {
 // ErrMaxHold and ErrLost. Extend once d has passed returns ErrMaxHold and
 // changes nothing. It applies to a lock, a semaphore place and a shared
 // hold, and on a Redlock Client. A d of zero or less is ErrInvalid.
+//
+// The cap belongs to the Lock, in its process; Redis does not keep it. A
+// Lock that Client.Resume returns has no cap, whatever the original had,
+// unless WithMaxHold is given to Resume: d then counts from Resume's
+// round trip.
 func WithMaxHold(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.maxHold, o.maxHoldSet = d, true })
 }

@@ -30,9 +30,11 @@ import (
 // that took a fence (WithFencing) resumes with that fence, which Redis
 // records beside it, and one that took none with Fence 0; WithFencing in
 // opts is accepted and changes nothing. The other options that apply are
-// WithReplicas and WithObserver (its acquire callbacks are not called).
-// Each key of a lock taken with TryAcquireMany resumes as a lock of that
-// key alone.
+// WithReplicas, WithObserver (its acquire callbacks are not called) and
+// WithMaxHold: Redis does not keep the original's cap, so the returned
+// Lock has none unless opts give one, which counts from Resume's round
+// trip (see WithMaxHold). Each key of a lock taken with TryAcquireMany
+// resumes as a lock of that key alone.
 //
 // It returns an error matching ErrNotHeld if token does not hold key (it
 // expired, was released, or another token holds it), ErrInvalid for an
