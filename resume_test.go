@@ -398,7 +398,7 @@ func TestResumeWithMaxHold(t *testing.T) {
 		ends time.Duration // after the Resume, at the earliest
 	}{
 		{"capped", []padlock.Option{padlock.WithMaxHold(maxHold / 2)}, maxHold},
-		{"minimum", []padlock.Option{padlock.WithMinHold(minHold)}, minHold - 100*time.Millisecond},
+		{"minimum", []padlock.Option{padlock.WithMinHold(minHold)}, minHold - 300*time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
