@@ -19,8 +19,8 @@ import (
 // soon as a renewal finds the lock no longer ours, and, when Redis cannot be
 // reached, no later than the lock's local deadline (see Deadline, which
 // counts a minimum Redis keeps the lock for): work done under the lock
-// should watch it. It is also cancelled when ctx is
-// done or the stop function is called, and then renewing stops.
+// should watch it. It is also cancelled when ctx is done or the stop
+// function is called, and then renewing stops.
 //
 // The stop function is idempotent. It stops renewing, unless another
 // KeepAlive of the same lock is still active, and waits until no renewal

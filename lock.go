@@ -52,12 +52,12 @@ func (h holdBounds) capped(now time.Time) bool {
 
 // took records that l was taken, and fixes its holdBounds: its WithMaxHold
 // counts from at, the moment it was taken as seen here (the acquire's
-// send, a grant's arrival, Resume's send); Redis keeps it for min (its
-// WithMinHold, or what Resume read is left) from no earlier than from
-// (the acquire's send, the last moment a waiter was known queued before
-// its grant). Only the first take counts. l.mu must be held, or l not yet
-// shared.
-func (l *Lock) took(from, at time.Time, min time.Duration) {
+// send, a grant's arrival, Resume's send); Redis keeps it for kept (its
+// WithMinHold, or what Resume read is left of it) from no earlier than
+// from (the acquire's send, the last moment a waiter was known queued
+// before its grant). Only the first take counts. l.mu must be held, or l
+// not yet shared.
+func (l *Lock) took(from, at time.Time, kept time.Duration) {
 	x := l.x
 	if x == nil || x.taken {
 		return
@@ -66,8 +66,8 @@ func (l *Lock) took(from, at time.Time, min time.Duration) {
 	if x.maxHold > 0 {
 		x.holds.capAt = at.Add(x.maxHold)
 	}
-	if min > 0 {
-		x.holds.minUntil = from.Add(min - drift(min))
+	if kept > 0 {
+		x.holds.minUntil = from.Add(kept - drift(kept))
 	}
 }
 
