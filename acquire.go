@@ -262,7 +262,7 @@ const minValidity = 10 // percent
 func (l *Lock) acquired(ctx context.Context, sent time.Time, fence int64) error {
 	l.mu.Lock()
 	l.fence, l.sent = fence, sent
-	l.took(sent)
+	l.took(sent, sent, l.minHold())
 	left := time.Until(l.deadline())
 	if left >= l.ttl*minValidity/100 && l.c.nodes == nil {
 		// Done with: let a long-held lock be smaller. (A waiter whose

@@ -392,3 +392,76 @@ func TestWhatEndsAHoldEarlyKeepsItsMinimum(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, r.Deadline().After(time.Now().Add(e.pttl(short))), "not later than the key's expiry")
 }
+
+// A waiter handed the lock by a release counts its WithMaxHold from the
+// grant, not from when it queued: granted 1.5s into its wait (before its
+// ticket's first renewal, at 2.5s), an Acquire(10s, WithMaxHold(1s)) is
+// extended at once, and Extend is ErrMaxHold only once 1s has passed since
+// the grant. For a lock, a semaphore place, and a writer after a shared
+// hold.
+func TestMaxHoldCountsFromTheHandOff(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
+	const maxHold, ttl = time.Second, 10 * time.Second
+	e := newReal(t, nil)
+	for _, k := range holdKinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			cs := moreClients(t, e, 2)
+			key := "lock:" + t.Name()
+			h, err := cs[0].TryAcquire(t.Context(), key, ttl, k.hold...)
+			require.NoError(t, err)
+			got := acquireLater(t.Context(), cs[1], key, ttl, append(k.wait, padlock.WithMaxHold(maxHold))...)
+			waitForOn(t, cs[0], key, 1)
+			time.Sleep(maxHold + maxHold/2) // past the cap, counted from the queueing
+			require.NoError(t, h.Release(t.Context()))
+			w := <-got
+			granted := time.Now()
+			require.NoError(t, w.err)
+			require.NoError(t, w.l.Extend(t.Context(), ttl), "the cap counts from the grant")
+			time.Sleep(time.Until(granted.Add(maxHold)))
+			require.ErrorIs(t, w.l.Extend(t.Context(), ttl), padlock.ErrMaxHold, "and caps it then")
+			require.NoError(t, w.l.Release(t.Context()))
+		})
+	}
+}
+
+// A hold resumed by another Client keeps the minimum Redis keeps it for:
+// taken for 5s WithMinHold(2s), resumed and extended to 500ms, its
+// Deadline is still the minimum's end, and a Release at 1.2s returns nil
+// and leaves the key held by the token. For a lock, a semaphore place, a
+// shared hold, a fenced lock, and on Redlock.
+func TestResumedHoldKeepsItsMinimum(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
+	const minHold, ttl = 2 * time.Second, 5 * time.Second
+	// run: holder takes key with hold and the minimum; resumer resumes it.
+	run := func(t *testing.T, holder, resumer *padlock.Client, key string, hold []padlock.Option) {
+		sent := time.Now()
+		h, err := holder.TryAcquire(t.Context(), key, ttl, append(hold, padlock.WithMinHold(minHold))...)
+		require.NoError(t, err)
+		took := time.Now()
+		r, err := resumer.Resume(t.Context(), key, h.Token())
+		require.NoError(t, err)
+		require.NoError(t, r.Extend(t.Context(), 500*time.Millisecond))
+		assert.True(t, r.Deadline().After(sent.Add(minHold-300*time.Millisecond)), "Deadline counts the minimum: %v", r.Deadline().Sub(sent))
+		assert.False(t, r.Deadline().After(took.Add(minHold)), "never later than the minimum's end")
+		time.Sleep(time.Until(sent.Add(1200 * time.Millisecond)))
+		require.NoError(t, r.Release(t.Context()), "held by its token until the minimum")
+		info, err := resumer.Inspect(t.Context(), key)
+		require.NoError(t, err)
+		assert.True(t, info.Held, "kept for the minimum")
+		assert.Contains(t, tokens(info), h.Token())
+	}
+	e := newReal(t, nil)
+	for _, k := range append(holdKinds, holdKind{"fenced", []padlock.Option{padlock.WithFencing()}, nil}) {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			cs := moreClients(t, e, 2)
+			run(t, cs[0], cs[1], "lock:"+t.Name(), k.hold)
+		})
+	}
+	t.Run("redlock", func(t *testing.T) {
+		t.Parallel()
+		r := startRedlock(t, 3)
+		run(t, r.c, startRedlockOver(t, r), "lock:resumed-minimum:redlock", nil)
+	})
+}

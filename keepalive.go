@@ -17,9 +17,10 @@ import (
 //
 // The returned context is cancelled, with a cause that matches ErrLost, as
 // soon as a renewal finds the lock no longer ours, and, when Redis cannot be
-// reached, no later than the lock's local deadline (see Deadline): work
-// done under the lock should watch it. It is also cancelled when ctx is
-// done or the stop function is called, and then renewing stops.
+// reached, no later than the lock's local deadline (see Deadline, which
+// counts a minimum Redis keeps the lock for): work done under the lock
+// should watch it. It is also cancelled when ctx is done or the stop
+// function is called, and then renewing stops.
 //
 // The stop function is idempotent. It stops renewing, unless another
 // KeepAlive of the same lock is still active, and waits until no renewal
@@ -60,7 +61,7 @@ func (l *Lock) KeepAlive(ctx context.Context) (context.Context, context.CancelFu
 	if l.lease == nil {
 		// Under l.mu, so that a concurrent Release cannot remove the lease
 		// from the scheduler before it is in.
-		fresh := &lease{l: l, r: heldLocks{}, ttl: l.ttl, sent: l.sent, capAt: l.x.capAt()}
+		fresh := &lease{l: l, r: heldLocks{}, ttl: l.ttl, sent: l.sent, holds: l.x.bounds()}
 		if !l.c.sched.add(fresh) {
 			l.mu.Unlock()
 			cancel(fmt.Errorf("%w: %q: no keep-alive after Close", ErrClosed, l.key))

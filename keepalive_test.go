@@ -393,3 +393,31 @@ func TestCloseEndsKeepAlives(t *testing.T) {
 	assert.Equal(t, l.Token(), e.get(e.key), "Close releases nothing")
 	require.NoError(t, l.Release(e.ctx), "the lock can still be released")
 }
+
+// An outage shorter than a hold's minimum does not end its KeepAlive: a
+// 300ms lock taken WithMinHold(2s), with Redis paused (SIGSTOP) for 700ms,
+// over two ttls, is kept alive through it, as its Deadline says (Redis
+// holds the key by its token until the minimum), and after the minimum by
+// its renewals.
+func TestKeepAliveUnderAMinimumOutlivesAnOutage(t *testing.T) {
+	t.Parallel() // mostly waits, on a server of its own
+	e := newReal(t, nil)
+	const ttl, minHold = 300 * time.Millisecond, 2 * time.Second
+	sent := time.Now()
+	l, err := e.c.TryAcquire(e.ctx, e.key, ttl, padlock.WithMinHold(minHold))
+	require.NoError(t, err)
+	kctx, stop := l.KeepAlive(e.ctx)
+	defer stop()
+	assert.True(t, l.Deadline().After(sent.Add(minHold-50*time.Millisecond)), "the Deadline counts the minimum")
+
+	e.srv.Pause()
+	defer e.srv.Resume()
+	time.Sleep(700 * time.Millisecond)
+	e.srv.Resume()
+	require.NoError(t, kctx.Err(), "ended by an outage shorter than the minimum: %v", context.Cause(kctx))
+	time.Sleep(time.Until(sent.Add(minHold + ttl)))
+	require.NoError(t, kctx.Err(), "renewed after the outage: %v", context.Cause(kctx))
+	assert.Equal(t, l.Token(), e.get(e.key))
+	stop()
+	require.NoError(t, l.Release(e.ctx))
+}

@@ -23,35 +23,61 @@ type lockExtra struct {
 	chosen         bool          // WithToken: its token is the caller's, and never changes
 	maxHold        time.Duration // WithMaxHold: kept alive only this long after it was taken
 	minHold        time.Duration // WithMinHold: Redis keeps it at least this long after it was taken
-	takenAt        time.Time     // when the first successful acquire was sent: the holds count from it; under mu
+	taken          bool          // took was called: holds are fixed; under mu
+	holds          holdBounds    // where its WithMaxHold and minimum end; under mu until the Lock is returned, fixed then
 	turns          *turnState    // on a Redlock: how its calls take turns on the nodes (see nodeTurns)
 }
 
-// took records that l was taken by a call sent at sent: its WithMaxHold
-// and WithMinHold count from the first. l.mu must be held, or l not yet
-// shared.
-func (l *Lock) took(sent time.Time) {
-	if l.x != nil && l.x.takenAt.IsZero() {
-		l.x.takenAt = sent
+// holdBounds are where a held lock's WithMaxHold and its minimum end, on
+// this process's monotonic clock, fixed when it was taken (see took). A
+// Lock's local deadline, and its lease's in the scheduler, derive from
+// them and the last acquire or extend (see deadline), and so does its cap.
+type holdBounds struct {
+	capAt    time.Time // WithMaxHold: no renewal from then on (zero: no cap)
+	minUntil time.Time // Redis keeps it for a minimum until no earlier (zero: none)
+}
+
+// deadline is the local deadline of a lock whose last successful acquire
+// or extend was sent at sent with ttl: its ttl from then, less a drift, or
+// the end of its minimum, whichever is later.
+func (h holdBounds) deadline(sent time.Time, ttl time.Duration) time.Time {
+	return latest(sent.Add(ttl-drift(ttl)), h.minUntil)
+}
+
+// capped reports whether a lock with these bounds is held for its
+// WithMaxHold at now: it is not renewed any more.
+func (h holdBounds) capped(now time.Time) bool {
+	return !h.capAt.IsZero() && !now.Before(h.capAt)
+}
+
+// took records that l was taken, and fixes its holdBounds: its WithMaxHold
+// counts from at, the moment it was taken as seen here (the acquire's
+// send, a grant's arrival, Resume's send); Redis keeps it for kept (its
+// WithMinHold, or what Resume read is left of it) from no earlier than
+// from (the acquire's send, the last moment a waiter was known queued
+// before its grant). Only the first take counts. l.mu must be held, or l
+// not yet shared.
+func (l *Lock) took(from, at time.Time, kept time.Duration) {
+	x := l.x
+	if x == nil || x.taken {
+		return
+	}
+	x.taken = true
+	if x.maxHold > 0 {
+		x.holds.capAt = at.Add(x.maxHold)
+	}
+	if kept > 0 {
+		x.holds.minUntil = from.Add(kept - drift(kept))
 	}
 }
 
-// capAt is when l has been held for its WithMaxHold (zero: no cap, or not
-// taken). l.mu must be held.
-func (x *lockExtra) capAt() time.Time {
-	if x == nil || x.maxHold == 0 || x.takenAt.IsZero() {
-		return time.Time{}
+// bounds is x's holdBounds (none for a nil x). Once its Lock is returned
+// to the caller they are fixed; before, its mu must be held.
+func (x *lockExtra) bounds() holdBounds {
+	if x == nil {
+		return holdBounds{}
 	}
-	return x.takenAt.Add(x.maxHold)
-}
-
-// minUntil is, less a drift, when l's WithMinHold ends in Redis (zero: no
-// minimum, or not taken). l.mu must be held.
-func (x *lockExtra) minUntil() time.Time {
-	if x == nil || x.minHold == 0 || x.takenAt.IsZero() {
-		return time.Time{}
-	}
-	return x.takenAt.Add(x.minHold - drift(x.minHold))
+	return x.holds
 }
 
 // pastMaxHold returns the error of Extend on a lock held for its
@@ -59,7 +85,7 @@ func (x *lockExtra) minUntil() time.Time {
 func (l *Lock) pastMaxHold() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if capAt := l.x.capAt(); capAt.IsZero() || time.Now().Before(capAt) {
+	if !l.x.bounds().capped(time.Now()) {
 		return nil
 	}
 	return fmt.Errorf("%w: %q: taken with WithMaxHold(%v), which has passed", ErrMaxHold, l.key, l.x.maxHold)
@@ -170,7 +196,10 @@ func (l *Lock) Fence() int64 {
 
 // Deadline returns the local estimate of when the lock expires in Redis:
 // the time the last successful acquire or extend was sent, plus its ttl,
-// minus a margin for clock drift (1% of the ttl plus 2ms). It is measured
+// minus a margin for clock drift (1% of the ttl plus 2ms); or, if later,
+// the end of the minimum Redis keeps it for (WithMinHold, counted from
+// the acquire's send; on a Lock from Resume, what Redis said was left of
+// it, counted from Resume's send), less the same margin. It is measured
 // on the monotonic clock, and is never later than the real expiry while
 // clocks drift less than the margin. It does not contact Redis.
 func (l *Lock) Deadline() time.Time {
@@ -183,13 +212,7 @@ func (l *Lock) Deadline() time.Time {
 }
 
 // deadline is Deadline with l.mu held.
-func (l *Lock) deadline() time.Time {
-	d := l.sent.Add(l.ttl - drift(l.ttl))
-	if until := l.x.minUntil(); until.After(d) {
-		return until // Redis keeps it for its minimum
-	}
-	return d
-}
+func (l *Lock) deadline() time.Time { return l.x.bounds().deadline(l.sent, l.ttl) }
 
 // drift is the safety margin taken off a ttl for the local deadline.
 func drift(ttl time.Duration) time.Duration {

@@ -123,15 +123,22 @@ func checkToken(token string) error {
 }
 
 // WithMaxHold caps how long the lock is kept: KeepAlive (and so Do, TryDo
-// and Lead) renews it only until d has passed since it was taken (since
-// the acquire that took it was sent), and then stops, so that a holder
-// that is stuck, or runs far longer than planned, lets the others in. The
-// lock then expires at its ttl like any lease that is no longer renewed,
-// and the KeepAlive context ends, at its local deadline, with a cause
-// matching both ErrMaxHold and ErrLost. Extend once d has passed returns
-// ErrMaxHold and changes nothing. It applies to a lock, a semaphore place
-// and a shared hold, and on a Redlock Client. A d of zero or less is
-// ErrInvalid.
+// and Lead) renews it only until d has passed since it was taken, and then
+// stops, so that a holder that is stuck, or runs far longer than planned,
+// lets the others in. d counts from when this Lock got the lock, as seen
+// in its process: when the acquire that took it was sent, or, for a lock
+// a release handed to a waiting Acquire, when the grant arrived. The lock
+// then expires at its ttl (or at the end of its minimum, WithMinHold) like
+// any lease that is no longer renewed, and the KeepAlive context ends, at
+// its local deadline (see Lock.Deadline), with a cause matching both
+// ErrMaxHold and ErrLost. Extend once d has passed returns ErrMaxHold and
+// changes nothing. It applies to a lock, a semaphore place and a shared
+// hold, and on a Redlock Client. A d of zero or less is ErrInvalid.
+//
+// The cap belongs to the Lock, in its process; Redis does not keep it. A
+// Lock that Client.Resume returns has no cap, whatever the original had,
+// unless WithMaxHold is given to Resume: d then counts from Resume's
+// round trip.
 func WithMaxHold(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.maxHold, o.maxHoldSet = d, true })
 }
@@ -145,8 +152,10 @@ func WithMaxHold(d time.Duration) Option {
 // once. The minimum is kept in Redis with the hold, so a release by another
 // process (Resume, padlock release) keeps it too, and a holder that dies
 // frees the key at the later of its ttl and the minimum. No Extend or
-// renewal shortens it; Break ends it. It applies to a lock, a semaphore
-// place and a shared hold, and on a Redlock Client (on every node).
+// renewal shortens it; Break ends it. The Lock's Deadline counts it, and
+// so does KeepAlive: an outage that ends before the minimum does not end
+// the KeepAlive context. It applies to a lock, a semaphore place and a
+// shared hold, and on a Redlock Client (on every node).
 //
 // A d of zero or less, a d longer than WithMaxHold's, a multi-key lock and
 // a key that cannot have side keys (one with braces but no hash tag) are

@@ -23,12 +23,18 @@ import (
 // returned Lock as on the original. Its ttl is what Redis says is left of
 // the lock, and its Deadline counts that from when Resume's round trip was
 // sent; KeepAlive renews it for that ttl, and for the ttl of the last
-// Extend after one. Whatever kind it is, a holder that took a fence
-// (WithFencing) resumes with that fence, which Redis records beside it,
-// and one that took none with Fence 0; WithFencing in opts is accepted and
-// changes nothing. The other options that apply are WithReplicas and
-// WithObserver (its acquire callbacks are not called). Each key of a lock taken with TryAcquireMany resumes as a lock
-// of that key alone.
+// Extend after one. A minimum the hold is kept for (WithMinHold) is
+// Redis's: Resume reads what is left of it, and the Lock's Deadline,
+// Release and KeepAlive count it as the original's do, after an Extend
+// too; WithMinHold in opts changes nothing. Whatever kind it is, a holder
+// that took a fence (WithFencing) resumes with that fence, which Redis
+// records beside it, and one that took none with Fence 0; WithFencing in
+// opts is accepted and changes nothing. The other options that apply are
+// WithReplicas, WithObserver (its acquire callbacks are not called) and
+// WithMaxHold: Redis does not keep the original's cap, so the returned
+// Lock has none unless opts give one, which counts from Resume's round
+// trip (see WithMaxHold). Each key of a lock taken with TryAcquireMany
+// resumes as a lock of that key alone.
 //
 // It returns an error matching ErrNotHeld if token does not hold key (it
 // expired, was released, or another token holds it), ErrInvalid for an
@@ -55,7 +61,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 	if err != nil {
 		return nil, opError("resume", key, err)
 	}
-	if len(reply) != 5 {
+	if len(reply) != 6 {
 		return nil, fmt.Errorf("%w: %q is not held by token %q", ErrNotHeld, key, token)
 	}
 	kind, _ := reply[0].(string)
@@ -67,6 +73,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 		fenced = true
 	}
 	limit, _ := reply[4].(int64)
+	minLeft, _ := reply[5].(int64)
 	if ms < 1 {
 		return nil, fmt.Errorf("%w: %q: token %q holds it with no time left", ErrNotHeld, key, token)
 	}
@@ -79,7 +86,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 	}
 	l.acqCmd = nil
 	l.sent = sent
-	l.took(sent)
+	l.took(sent, sent, time.Duration(minLeft)*time.Millisecond)
 	if l.fenced() {
 		l.fence = fence
 	}
@@ -94,7 +101,7 @@ func resumedAs(kind string, limit int, fenced bool) Option {
 	return optionFunc(func(o *options) {
 		o.shared, o.limitSet, o.limit = kind == kindShared, kind == kindPlace, limit
 		o.fencing = fenced
-		o.minHold, o.minHoldSet = 0, false // a minimum it holds with is Redis's, in its ttl
+		o.minHold, o.minHoldSet = 0, false // a minimum it holds with is Redis's: Resume reads what is left
 	})
 }
 
@@ -136,18 +143,25 @@ func (c *Client) Break(ctx context.Context, key string) (LockInfo, error) {
 
 // redlockResume is Resume on a Redlock Client: the lock, if token holds
 // it on a quorum of the nodes, with the ttl the quorum still guarantees
-// (see quorumPTTL).
+// (see quorumPTTL), and the minimum.
 func (c *Client) redlockResume(ctx context.Context, key, token string, opts []Option) (*Lock, error) {
+	keys := []string{key}
+	if queueable(key) {
+		keys = append(keys, sideKey(key, "queue")) // for its minimum's side key
+	}
 	sent := time.Now()
 	var mu sync.Mutex
-	value := "" // what a node that holds it holds
+	value := ""      // what a node that holds it holds
+	var mins []int64 // what is left of its minimum on each node that holds it
 	ms, err := c.quorumPTTL(ctx, resumeNodeTTL, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		reply, err := resumeScript.Run(ctx, r, []string{key}, token).Slice()
-		if err != nil || len(reply) != 5 {
+		reply, err := resumeScript.Run(ctx, r, keys, token).Slice()
+		if err != nil || len(reply) != 6 {
 			return -3, err
 		}
 		mu.Lock()
 		value, _ = reply[1].(string)
+		m, _ := reply[5].(int64)
+		mins = append(mins, m)
 		mu.Unlock()
 		ms, _ := reply[2].(int64)
 		return ms, nil
@@ -160,6 +174,11 @@ func (c *Client) redlockResume(ctx context.Context, key, token string, opts []Op
 	}
 	mu.Lock()
 	_, meta := splitValue(value)
+	minLeft := int64(0) // what a quorum keeps
+	if len(mins) >= c.quorum() {
+		slices.Sort(mins)
+		minLeft = mins[len(mins)-c.quorum()]
+	}
 	mu.Unlock()
 	opts = append(opts[:len(opts):len(opts)], WithToken(token), WithMetadata(meta), resumedAs(kindLock, 0, false))
 	l, _, err := c.newLock(ctx, key, time.Duration(ms)*time.Millisecond, opts)
@@ -167,7 +186,7 @@ func (c *Client) redlockResume(ctx context.Context, key, token string, opts []Op
 		return nil, err
 	}
 	l.sent = sent
-	l.took(sent)
+	l.took(sent, sent, time.Duration(minLeft)*time.Millisecond)
 	return l, nil
 }
 

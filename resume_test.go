@@ -381,3 +381,63 @@ func TestResumeHasTheHoldersFence(t *testing.T) {
 		require.NoError(t, third.Release(e.ctx))
 	})
 }
+
+// WithMaxHold caps the Lock it is given to, in this process: Resume takes
+// it, counted from the Resume, and the original's cap is not carried. A
+// resumed Lock capped at 600ms, extended to 300ms and kept alive ends
+// with ErrMaxHold and ErrLost at its Deadline: the cap plus its ttl, or,
+// when Redis keeps the hold for a minimum (1.5s), the minimum's end. Without
+// WithMaxHold a resumed Lock is kept alive past the original's cap.
+func TestResumeWithMaxHold(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
+	const maxHold, ttl, minHold = 600 * time.Millisecond, 300 * time.Millisecond, 1500 * time.Millisecond
+	e := newReal(t, nil)
+	tests := []struct {
+		name string
+		hold []padlock.Option
+		ends time.Duration // after the Resume, at the earliest
+	}{
+		{"capped", []padlock.Option{padlock.WithMaxHold(maxHold / 2)}, maxHold},
+		{"minimum", []padlock.Option{padlock.WithMinHold(minHold)}, minHold - 300*time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cs := moreClients(t, e, 2)
+			key := "lock:" + t.Name()
+			h, err := cs[0].TryAcquire(t.Context(), key, ttl, tt.hold...)
+			require.NoError(t, err)
+			resumed := time.Now()
+			r, err := cs[1].Resume(t.Context(), key, h.Token(), padlock.WithMaxHold(maxHold))
+			require.NoError(t, err)
+			require.NoError(t, r.Extend(t.Context(), ttl), "renewed for 300ms from now on")
+			kctx, stop := r.KeepAlive(t.Context())
+			defer stop()
+			lost := whenDone(kctx)
+			waitDone(t, kctx, 5*time.Second)
+			at := lost(t)
+			cause := context.Cause(kctx)
+			require.ErrorIs(t, cause, padlock.ErrMaxHold)
+			require.ErrorIs(t, cause, padlock.ErrLost)
+			assert.GreaterOrEqual(t, at.Sub(resumed), tt.ends, "not before the cap, nor before the minimum")
+			assertLostByDeadline(t, at, r.Deadline())
+			assert.False(t, at.Before(r.Deadline()), "at its Deadline")
+			require.ErrorIs(t, r.Extend(t.Context(), ttl), padlock.ErrMaxHold)
+		})
+	}
+	t.Run("uncapped", func(t *testing.T) {
+		t.Parallel()
+		cs := moreClients(t, e, 2)
+		key := "lock:" + t.Name()
+		h, err := cs[0].TryAcquire(t.Context(), key, ttl, padlock.WithMaxHold(maxHold/2))
+		require.NoError(t, err)
+		r, err := cs[1].Resume(t.Context(), key, h.Token())
+		require.NoError(t, err)
+		kctx, stop := r.KeepAlive(t.Context())
+		defer stop()
+		time.Sleep(maxHold + ttl)
+		require.NoError(t, kctx.Err(), "the original's cap is its own")
+		require.NoError(t, r.Extend(t.Context(), ttl))
+		require.NoError(t, r.Release(t.Context()))
+	})
+}

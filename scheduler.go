@@ -44,7 +44,7 @@ type lease struct {
 	sent    time.Time     // when the last successful acquire or extend was sent
 	retryAt time.Time     // after a failed renewal: not before then
 	err     error         // the last renewal error
-	capAt   time.Time     // WithMaxHold: no renewal from then on (zero: none)
+	holds   holdBounds    // a held lock's, fixed: its cap, and the minimum its deadline counts
 }
 
 // A renewer renews the leases of one kind: held locks (see keepalive.go),
@@ -66,17 +66,11 @@ type renewer interface {
 // due is when ls is to be renewed.
 func (ls *lease) due() time.Time { return ls.sent.Add(ls.ttl / time.Duration(ls.r.every())) }
 
-// capped reports whether ls is held for its WithMaxHold at now: it is not
-// renewed any more.
-func (ls *lease) capped(now time.Time) bool {
-	return !ls.capAt.IsZero() && !now.Before(ls.capAt)
-}
-
 // lostCause is why ls, past its local deadline at now, is lost: not
 // renewed past its WithMaxHold, or no renewal reached Redis (with the
 // last renewal's error). s.mu must be held.
 func (ls *lease) lostCause(now time.Time) error {
-	if ls.capped(now) {
+	if ls.holds.capped(now) {
 		return fmt.Errorf("%w: %w: %q: not renewed past its WithMaxHold", ErrLost, ErrMaxHold, ls.l.key)
 	}
 	err := fmt.Errorf("%w: %q: no renewal reached Redis before the local deadline", ErrLost, ls.l.key)
@@ -89,7 +83,9 @@ func (ls *lease) lostCause(now time.Time) error {
 // early is the earliest a lease may be renewed to share a pipeline.
 func (ls *lease) early() time.Time { return ls.due().Add(-ls.ttl / 30) }
 
-func (ls *lease) deadline() time.Time { return ls.sent.Add(ls.ttl - drift(ls.ttl)) }
+// deadline is ls's local deadline: a held lock's, as Lock.Deadline says
+// (counting its minimum), or a ticket's.
+func (ls *lease) deadline() time.Time { return ls.holds.deadline(ls.sent, ls.ttl) }
 
 // A pendingRelease is a release that could not reach Redis, to be sent
 // again. Its fields are guarded by the scheduler's mu.
@@ -378,7 +374,7 @@ func (s *scheduler) collectLocked(now time.Time) work {
 			continue
 		}
 		w.wake = earliest(w.wake, d)
-		if _, ok := s.solos[ls]; ok || s.inflight != nil || ls.capped(now) {
+		if _, ok := s.solos[ls]; ok || s.inflight != nil || ls.holds.capped(now) {
 			continue // in flight on its own; one pipeline at a time: the rest wait for it; or held for its maximum
 		}
 		due := latest(ls.due(), ls.retryAt)

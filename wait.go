@@ -401,10 +401,12 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 	return code, d, err
 }
 
-// handed records a grant of l. It reports whether l may be returned as it
-// is; if not (too little of its validity is left, counted from g.base, or
-// it must wait for replicas), an attempt must confirm it. (A grant to a
-// chosen token is not handed: see grantLocked.)
+// handed records a grant of l, which arrived now: its validity and its
+// minimum count from g.base, a moment before the grant, and its
+// WithMaxHold from now. It reports whether l may be returned as it is; if
+// not (too little of its validity is left, or it must wait for replicas),
+// an attempt must confirm it. (A grant to a chosen token is not handed:
+// see grantLocked.)
 func (l *Lock) handed(g grant) bool {
 	if g.base.IsZero() || l.replicaCount() > 0 {
 		return false
@@ -412,7 +414,7 @@ func (l *Lock) handed(g grant) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.fence, l.sent = g.fence, g.base
-	l.took(g.base)
+	l.took(g.base, time.Now(), l.minHold())
 	l.acqCmd = nil
 	return time.Until(l.deadline()) >= l.ttl*minValidity/100
 }
