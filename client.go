@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/padlock-go/padlock/driver"
 )
 
 // cleanupTimeout bounds the round trips padlock makes on a caller's behalf
@@ -71,6 +73,41 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	}
 	return c
 }
+
+// NewDriver returns a Client that takes locks through d, a Redis client
+// wrapped by an adapter module (padlockrueidis, padlockvalkey) or by a
+// package of one's own (see package driver). It is New for any client: the
+// options set the Client's defaults, and the Client keeps every promise
+// New's does, on the kind of deployment d reports.
+//
+// NewDriver calls d.Kind once, does not contact Redis and starts no
+// goroutine. A nil d is not a panic: every call on the returned Client
+// fails with ErrInvalid. The Client does not close d: close it after the
+// Client's Close.
+func NewDriver(d driver.Driver, opts ...Option) *Client {
+	c := New(nil, opts...)
+	if d != nil {
+		c.refused = errNoDriverYet
+	}
+	return c
+}
+
+// NewDriverRedlock returns a Client whose locks live on the independent
+// primaries ds at once, each a Driver (see NewRedlock, whose Client it is,
+// for any client). A nil or empty ds, or a nil Driver in it, makes every
+// call fail with ErrInvalid. It calls each Driver's Kind once, does not
+// contact Redis and starts no goroutine.
+func NewDriverRedlock(ds []driver.Driver, opts ...Option) *Client {
+	c := NewRedlock(nil, opts...)
+	if len(ds) > 0 {
+		c.refused = errNoDriverYet
+	}
+	return c
+}
+
+// errNoDriverYet is what a Client of NewDriver returns until the root
+// package speaks through package driver (issue #35).
+var errNoDriverYet = fmt.Errorf("%w: padlock runs only on go-redis (padlock.New) in this build", ErrUnsupported)
 
 // errRing is what every call on a Client over a *redis.Ring returns.
 var errRing = fmt.Errorf("%w: a *redis.Ring moves keys between shards (a shard that fails a health check hands its keys to another, and a script runs on its first key's shard), so a lock could be held twice; use a *redis.ClusterClient, or NewRedlock over the shards", ErrUnsupported)
