@@ -5,6 +5,10 @@
 //	locks := padlock.New(rdb) // rdb: a go-redis client
 //	err := locks.TryDo(ctx, "lock:report:daily", 2*time.Minute, runReport)
 //
+// New takes a go-redis client; NewDriver takes any other Redis client that
+// an adapter wraps in a driver.Driver (see package driver), with the same
+// promises.
+//
 // # What is guaranteed
 //
 // On one Redis server (or one primary), while a lock's ttl has not run out,

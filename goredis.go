@@ -133,7 +133,7 @@ func (g *goRedis) Do(ctx context.Context, key string, args ...any) (any, error) 
 	return goRedisReply(g.rdb.Do(ctx, args...))
 }
 
-// isCommand reports whether args are the command name.
+// isCommand reports whether args are a command called name.
 func isCommand(args []any, name string) bool {
 	s, ok := args[0].(string)
 	return ok && strings.EqualFold(s, name)

@@ -152,7 +152,7 @@ type Subscription struct {
 type Pong struct{}
 
 // Optional interfaces: a Driver, or a PubSub, may implement these too.
-// padlock checks for them where it needs them, once, as database/sql does
+// padlock checks for them where it needs them, as database/sql does
 // for driver.Pinger, and does without them.
 
 // A Protocoler is a Driver that reports the RESP version its connections
