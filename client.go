@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,7 @@ type Client struct {
 	observers tracker                 // Observe's goroutines
 	life      context.Context         // done once Close is called: ends every Observe
 	end       context.CancelFunc      // ends life
+	closing   sync.Once               // runs close once; other Close calls wait for it
 }
 
 // New returns a Client that takes locks through rdb: a *redis.Client, a
@@ -188,11 +190,17 @@ func hasHashTag(key string) bool {
 // releases no lock and does not close the go-redis client; it closes the
 // clients it made of Cluster nodes that no slot map listed (see
 // WithReplicas). Later calls that wait or keep alive return ErrClosed;
-// Release still works. Close is idempotent and always returns nil.
+// Release still works. Close is idempotent: a Close called while another
+// runs returns when that one does. It always returns nil.
 func (c *Client) Close() error {
-	if c == nil {
-		return nil
+	if c != nil {
+		c.closing.Do(c.close)
 	}
+	return nil
+}
+
+// close is Close's work, done once.
+func (c *Client) close() {
 	c.depart(c.notify.closeWaiters())
 	c.notify.closeSubscribers()
 	c.sched.close()
@@ -201,5 +209,4 @@ func (c *Client) Close() error {
 	c.unlisted.close()
 	c.end()
 	c.observers.close()
-	return nil
 }

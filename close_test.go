@@ -3,6 +3,7 @@ package padlock_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,4 +182,62 @@ func (s *scriptTrips) reset() []int {
 	trips := s.trips
 	s.trips = nil
 	return trips
+}
+
+// Two Close calls at once (a signal handler's and a deferred one): each
+// returns only once the waiters' tickets are out of Redis, so that its
+// caller may close the go-redis client. Here the leaves' pipeline is slow.
+func TestConcurrentClosesWaitForTheDeparture(t *testing.T) {
+	e := newReal(t, nil)
+	holder, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err)
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr()})
+	slow := &slowPipelines{d: 300 * time.Millisecond}
+	rdb.AddHook(slow)
+	closing := padlock.New(rdb)
+	const waiters = 10
+	var results []<-chan waited
+	for range waiters {
+		results = append(results, acquireLater(e.ctx, closing, e.key, 30*time.Second))
+	}
+	waitFor(t, e, waiters)
+	slow.on.Store(true)
+
+	returned := make(chan struct{}, 2)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			assert.NoError(t, closing.Close())
+			returned <- struct{}{}
+		})
+	}
+	<-returned
+	queued, err := e.raw.ZCard(e.ctx, queueKey(e.key)).Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.Close()) // as the first Close's caller does
+	wg.Wait()
+	for _, r := range results {
+		require.ErrorIs(t, (<-r).err, padlock.ErrClosed)
+	}
+	require.Zero(t, queued, "a Close returned with its waiters' tickets still queued")
+	require.NoError(t, holder.Release(e.ctx))
+}
+
+// slowPipelines delays every pipeline by d once on, as a pool that must
+// dial, or a busy client, would.
+type slowPipelines struct {
+	passHook
+	d  time.Duration
+	on atomic.Bool
+}
+
+func (s *slowPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (s *slowPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if s.on.Load() {
+			time.Sleep(s.d)
+		}
+		return next(ctx, cmds)
+	}
 }
