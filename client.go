@@ -181,9 +181,23 @@ func hasHashTag(key string) bool {
 // So the go-redis client may be closed as soon as Close returns (see
 // ExampleClient_Close), and the next release serves another Client's
 // waiter. A waiter inside an observer's func is not waited for: Close
-// takes its ticket out, and it returns ErrClosed once back. Departures that
-// cannot reach Redis within 2s are abandoned: their tickets lapse within
-// 5s. Every KeepAlive of its locks ends with cause ErrClosed (the locks
+// takes its ticket out, and it returns ErrClosed once back.
+//
+// Close gives its waiters and their departures 2s in all. A waiter whose
+// round trip Redis has not answered by then is not waited for: it returns
+// when go-redis gives up on that round trip (with its error, or
+// ErrClosed), and leaves by itself; departures not answered by then are
+// abandoned. Their tickets lapse within 5s, and a lock granted to such a
+// waiter, or taken by its attempt, expires by its ttl. So when Redis does
+// not answer, Close returns after about 2s, plus up to the go-redis
+// client's ReadTimeout for a round trip already in flight in the
+// background (a renewal, a release retry, a Redlock node's call; on a
+// Cluster client, the departures too): go-redis bounds a read by that,
+// not by a context's deadline (unless ContextTimeoutEnabled). With
+// ReadTimeout -1 such a round trip holds Close until Redis answers or the
+// connection drops.
+//
+// Every KeepAlive of its locks ends with cause ErrClosed (the locks
 // stay held until released or expired), every Observe of it closes its
 // channel, and releases being retried in the background (see
 // Lock.Release) are abandoned: those locks expire by their ttl. Close
@@ -201,7 +215,8 @@ func (c *Client) Close() error {
 
 // close is Close's work, done once.
 func (c *Client) close() {
-	c.depart(c.notify.closeWaiters())
+	until := time.Now().Add(cleanupTimeout)
+	c.depart(c.notify.closeWaiters(until), until)
 	c.notify.closeSubscribers()
 	c.sched.close()
 	c.calls.wait()

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/faultproxy"
 )
 
 // An instance with 40 waiters shuts down as the examples do: Close, then
@@ -135,6 +136,81 @@ func TestCloseWaitsForAttemptsInFlight(t *testing.T) {
 					t.Fatal("a waiter did not return after Close")
 				}
 			}
+		})
+	}
+}
+
+// When Redis does not answer (a blackhole: connections stay open, nothing
+// comes back), Close gives its waiters and their departures 2s: it
+// returns within that and the read timeout of a ticket's renewal that may
+// be in flight, whatever go-redis's ReadTimeout (a departure on a
+// *redis.Client times out by Close's own bound, even with none), and the
+// waiters return ErrClosed, or the error of the round trip they were in.
+func TestCloseIsBoundedWhenRedisDoesNotAnswer(t *testing.T) {
+	tests := []struct {
+		name        string
+		readTimeout time.Duration
+		inFlight    bool // a waiter's attempt is in flight when Close comes
+	}{
+		{"no ReadTimeout", -1, false},
+		{"departure", 0, false},
+		{"departure, ReadTimeout 8s", 8 * time.Second, false},
+		{"attempt in flight", 0, true},
+	}
+	// 2s for Close, 3s (the default ReadTimeout) for a renewal, and slack.
+	const within = 7 * time.Second
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.readTimeout != -1 {
+				longOnly(t)
+			}
+			e := newReal(t, nil)
+			holdFor := time.Minute
+			if tt.inFlight {
+				holdFor = 1500 * time.Millisecond
+			}
+			start := time.Now()
+			holder, err := e.c.TryAcquire(e.ctx, e.key, holdFor)
+			require.NoError(t, err)
+			p, err := faultproxy.Start(e.srv.Addr())
+			require.NoError(t, err)
+			t.Cleanup(p.Close)
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: tt.readTimeout})
+			t.Cleanup(func() { _ = rdb.Close() })
+			closing := padlock.New(rdb)
+			got := acquireLater(e.ctx, closing, e.key, 30*time.Second)
+			waitFor(t, e, 1)
+			if tt.inFlight {
+				time.Sleep(1300*time.Millisecond - time.Since(start))
+			}
+			p.SetBlackhole(true)
+			if tt.inFlight {
+				time.Sleep(400 * time.Millisecond) // the waiter attempts as the holder expires
+			}
+
+			closed := make(chan time.Duration, 1)
+			go func() {
+				t0 := time.Now()
+				_ = closing.Close()
+				closed <- time.Since(t0)
+			}()
+			select {
+			case took := <-closed:
+				t.Logf("Close took %v", took)
+			case <-time.After(within):
+				_ = rdb.Close() // lets Close return
+				<-closed
+				t.Errorf("Close did not return in %v", within)
+			}
+			_ = rdb.Close() // as Close's caller does
+			select {
+			case w := <-got:
+				t.Logf("the waiter returned %v", w.err)
+				require.Error(t, w.err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiter did not return once the go-redis client was closed")
+			}
+			_ = holder.Release(e.ctx)
 		})
 	}
 }

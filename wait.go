@@ -181,7 +181,7 @@ func (wt *wait) tellWaiting(ctx context.Context) {
 	}
 	wt.waiting = true
 	if obs := wt.l.observer(); obs != nil && obs.WaitStart != nil {
-		wt.c.notify.aside(func() { obs.WaitStart(ctx, wt.l.key) })
+		wt.c.notify.aside(wt.w, func() { obs.WaitStart(ctx, wt.l.key) })
 	}
 }
 
@@ -250,19 +250,22 @@ func (n *notifier) ended() {
 func (n *notifier) notBusyLocked() {
 	n.busy--
 	if n.busy == 0 && n.idle != nil {
-		n.idle.Broadcast()
+		close(n.idle)
+		n.idle = nil
 	}
 }
 
-// aside runs f, an observer's func, on a waiter's goroutine, which Close
+// aside runs f, w's observer's WaitStart, on w's goroutine, which Close
 // does not wait for meanwhile: f may close the Client. Close leaves, for
 // such a waiter, what it has in Redis (see closeWaiters).
-func (n *notifier) aside(f func()) {
+func (n *notifier) aside(w *waiter, f func()) {
 	n.mu.Lock()
+	w.aside = true
 	n.notBusyLocked()
 	n.mu.Unlock()
 	f()
 	n.mu.Lock()
+	w.aside = false
 	n.busy++
 	n.mu.Unlock()
 }
@@ -452,17 +455,20 @@ type departure struct {
 
 // depart sends the leaves of the waiters that ended as the Client closed
 // in one pipeline (a round trip per node; and one more, as EVAL, for a
-// server that lacks the script), best effort as leave's.
-func (c *Client) depart(ds []departure) {
+// server that lacks the script), best effort as leave's, until until (or
+// for lateCleanupTimeout, if that is later).
+func (c *Client) depart(ds []departure, until time.Time) {
 	if len(ds) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	until = latest(until, time.Now().Add(lateCleanupTimeout))
+	ctx, cancel := context.WithDeadline(context.Background(), until)
 	defer cancel()
+	rdb := c.within(time.Until(until))
 	sent := time.Now()
 	cmds := make([]*redis.Cmd, len(ds))
 	for _, eval := range []bool{false, true} {
-		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, d := range ds {
 				keys, args := d.l.queueKeys(), leaveArgs(d.ticket, d.keep)
 				switch {
@@ -483,6 +489,17 @@ func (c *Client) depart(ds []departure) {
 			c.deliver(readNews(reply, 1), sent, false)
 		}
 	}
+}
+
+// within returns the go-redis client, with reads and writes that time out
+// after d where go-redis allows it: it ignores a context's deadline for
+// them (unless ContextTimeoutEnabled), but a *redis.Client has WithTimeout.
+// A Cluster client's time out after its ReadTimeout and WriteTimeout.
+func (c *Client) within(d time.Duration) redis.UniversalClient {
+	if rc, ok := c.rdb.(*redis.Client); ok {
+		return rc.WithTimeout(d)
+	}
+	return c.rdb
 }
 
 // releaseQueued is the release, on r, of a lock whose waiters queue in
