@@ -91,6 +91,40 @@ func TestCloseLeavesForAWaiterInItsObserver(t *testing.T) {
 	require.ErrorIs(t, (<-got).err, padlock.ErrClosed)
 }
 
+// A waiter that came while a Lock of its Client (one got by waiting)
+// held the key is pending: it sends nothing, and that Lock's release
+// queues it. If it is in WaitStart when Close comes, Close has nothing to
+// leave for it; the holder's release after Close (Release still works)
+// must queue it no more, else the key is granted to a waiter that will
+// only return ErrClosed, and held by nobody for its ttl.
+func TestAReleaseAfterCloseQueuesNoWaiterOfTheClosedClient(t *testing.T) {
+	e := newReal(t, nil)
+	first, err := moreClients(t, e, 1)[0].TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err)
+	handed := acquireLater(e.ctx, e.c, e.key, time.Minute)
+	waitFor(t, e, 1)
+	behind := acquireLater(e.ctx, e.c, e.key, time.Minute)
+	waitFor(t, e, 2)
+	require.NoError(t, first.Release(e.ctx))
+	h := <-handed // it got the key by waiting; behind still waits, so the key's queue here stays
+	require.NoError(t, h.err)
+
+	inside, back := make(chan struct{}), make(chan struct{})
+	pending := acquireLater(e.ctx, e.c, e.key, time.Minute, padlock.WithObserver(&padlock.Observer{
+		WaitStart: func(context.Context, string) {
+			close(inside)
+			<-back
+		},
+	}))
+	<-inside
+	require.NoError(t, e.c.Close())
+	require.ErrorIs(t, (<-behind).err, padlock.ErrClosed)
+	require.NoError(t, h.l.Release(e.ctx))
+	require.Empty(t, e.get(e.key), "the release after Close granted the key to a waiter of the closed Client")
+	close(back)
+	require.ErrorIs(t, (<-pending).err, padlock.ErrClosed)
+}
+
 // Waiters that cannot queue in Redis (a Redlock's, a key with a brace but
 // no hash tag) attempt on their own. Close waits for an attempt in flight
 // (here slowed by latency), so each of them returns ErrClosed, not the

@@ -249,7 +249,9 @@ func (c *Client) nowHolding(l *Lock) {
 
 // takePending returns the registrations (token, ticket) of the pending
 // waiters of l's key that the release of l is to queue, and those
-// waiters, now carried by it; l no longer holds the key here.
+// waiters, now carried by it; l no longer holds the key here. Once the
+// Client is closed it queues nobody: its pending waiters return ErrClosed
+// (a Release works after Close; one in WaitStart has nothing to leave).
 func (c *Client) takePending(l *Lock) ([]any, []*waiter) {
 	n := &c.notify
 	n.mu.Lock()
@@ -263,7 +265,7 @@ func (c *Client) takePending(l *Lock) ([]any, []*waiter) {
 		return nil, nil
 	}
 	delete(q.holders, l)
-	if l.multi() != nil {
+	if l.multi() != nil || n.closed {
 		return nil, nil
 	}
 	var regs []any
