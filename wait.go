@@ -120,6 +120,9 @@ func (wt *wait) attempt(ctx context.Context) (_ *Lock, again bool, _ error) {
 	}
 	sent := time.Now()
 	code, n, err := wt.step(ctx)
+	if err != nil {
+		l.untake()
+	}
 	switch {
 	case err == nil:
 		c.nowHolding(l)
