@@ -176,12 +176,13 @@ func hasHashTag(key string) bool {
 // Close ends the Client's waits and background work, and waits for its
 // goroutines to exit. Every Acquire or Do waiting on it returns ErrClosed:
 // Close wakes them, waits for each to end (an attempt in flight first gets
-// its reply), and takes their tickets out of Redis, one pipelined round
-// trip per node, passing on at once what a release granted them meanwhile.
-// So the go-redis client may be closed as soon as Close returns (see
-// ExampleClient_Close), and the next release serves another Client's
-// waiter. A waiter inside an observer's func is not waited for: Close
-// takes its ticket out, and it returns ErrClosed once back.
+// its reply, within 2s: see below), and takes their tickets out of Redis,
+// one pipelined round trip per node, passing on at once what a release
+// granted them meanwhile. So the go-redis client may be closed as soon as
+// Close returns (see ExampleClient_Close), and the next release serves
+// another Client's waiter. A waiter inside its observer's WaitStart is not
+// waited for: Close takes its ticket out, and it returns ErrClosed once
+// back (so WaitStart may call Close; see Observer).
 //
 // Close gives its waiters and their departures 2s in all. A waiter whose
 // round trip Redis has not answered by then is not waited for: it returns
@@ -192,20 +193,20 @@ func hasHashTag(key string) bool {
 // not answer, Close returns after about 2s, plus up to the go-redis
 // client's ReadTimeout for a round trip already in flight in the
 // background (a renewal, a release retry, a Redlock node's call; on a
-// Cluster client, the departures too): go-redis bounds a read by that,
-// not by a context's deadline (unless ContextTimeoutEnabled). With
-// ReadTimeout -1 such a round trip holds Close until Redis answers or the
-// connection drops.
+// Cluster client, the departures too): go-redis bounds a read by that, not
+// by a context's deadline (unless ContextTimeoutEnabled). With no read
+// timeout (ReadTimeout -1), such a round trip holds Close until Redis
+// answers or the connection drops.
 //
-// Every KeepAlive of its locks ends with cause ErrClosed (the locks
-// stay held until released or expired), every Observe of it closes its
-// channel, and releases being retried in the background (see
-// Lock.Release) are abandoned: those locks expire by their ttl. Close
-// releases no lock and does not close the go-redis client; it closes the
-// clients it made of Cluster nodes that no slot map listed (see
-// WithReplicas). Later calls that wait or keep alive return ErrClosed;
-// Release still works. Close is idempotent: a Close called while another
-// runs returns when that one does. It always returns nil.
+// Every KeepAlive of its locks ends with cause ErrClosed (the locks stay
+// held until released or expired), every Observe of it closes its channel,
+// and releases being retried in the background (see Lock.Release) are
+// abandoned: those locks expire by their ttl. Close releases no lock and
+// does not close the go-redis client; it closes the clients it made of
+// Cluster nodes that no slot map listed (see WithReplicas). Later calls
+// that wait or keep alive return ErrClosed; Release still works. Close is
+// idempotent: a Close called while another runs returns when that one
+// does. It always returns nil.
 func (c *Client) Close() error {
 	if c != nil {
 		c.closing.Do(c.close)

@@ -125,6 +125,38 @@ func TestAReleaseAfterCloseQueuesNoWaiterOfTheClosedClient(t *testing.T) {
 	require.ErrorIs(t, (<-pending).err, padlock.ErrClosed)
 }
 
+// A WaitStart that panics (a panic that net/http, say, recovers) leaves
+// Close's count of the waiters to wait for as it was: Close waits for a
+// later waiter to end, and sends its leave in its own pipeline, before the
+// caller closes the go-redis client. (Here the waiter's own script, sent
+// after Close returned, would be slow.)
+func TestAPanicInWaitStartLeavesCloseWaitingForTheOthers(t *testing.T) {
+	e := newReal(t, nil)
+	panicKey := e.key + ":panic"
+	holder := moreClients(t, e, 1)[0]
+	for _, key := range []string{e.key, panicKey} {
+		_, err := holder.TryAcquire(e.ctx, key, time.Minute)
+		require.NoError(t, err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr()})
+	slow := &slowScripts{d: 300 * time.Millisecond}
+	rdb.AddHook(slow)
+	closing := padlock.New(rdb)
+	panicking := padlock.WithObserver(&padlock.Observer{
+		WaitStart: func(context.Context, string) { panic("WaitStart") },
+	})
+	require.PanicsWithValue(t, "WaitStart", func() { _, _ = closing.Acquire(e.ctx, panicKey, time.Minute, panicking) })
+	got := acquireLater(e.ctx, closing, e.key, time.Minute)
+	waitFor(t, e, 1)
+	slow.on.Store(true)
+	require.NoError(t, closing.Close())
+	require.NoError(t, rdb.Close())
+	require.ErrorIs(t, (<-got).err, padlock.ErrClosed)
+	left, err := e.raw.ZCard(e.ctx, queueKey(e.key)).Result()
+	require.NoError(t, err)
+	require.Zero(t, left, "the waiter's ticket left the queue")
+}
+
 // Waiters that cannot queue in Redis (a Redlock's, a key with a brace but
 // no hash tag) attempt on their own. Close waits for an attempt in flight
 // (here slowed by latency), so each of them returns ErrClosed, not the
@@ -246,6 +278,22 @@ func TestCloseIsBoundedWhenRedisDoesNotAnswer(t *testing.T) {
 			}
 			_ = holder.Release(e.ctx)
 		})
+	}
+}
+
+// slowScripts delays every script sent alone by d once on.
+type slowScripts struct {
+	passHook
+	d  time.Duration
+	on atomic.Bool
+}
+
+func (s *slowScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if s.on.Load() && isScript(cmd) {
+			time.Sleep(s.d)
+		}
+		return next(ctx, cmd)
 	}
 }
 

@@ -260,17 +260,20 @@ func (n *notifier) notBusyLocked() {
 
 // aside runs f, w's observer's WaitStart, on w's goroutine, which Close
 // does not wait for meanwhile: f may close the Client. Close leaves, for
-// such a waiter, what it has in Redis (see closeWaiters).
+// such a waiter, what it has in Redis (see closeWaiters). If f panics, w
+// is busy again as it ends.
 func (n *notifier) aside(w *waiter, f func()) {
 	n.mu.Lock()
 	w.aside = true
 	n.notBusyLocked()
 	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		w.aside = false
+		n.busy++
+		n.mu.Unlock()
+	}()
 	f()
-	n.mu.Lock()
-	w.aside = false
-	n.busy++
-	n.mu.Unlock()
 }
 
 // waitEnded is the error of w's wait that ctx ended: what w last saw of
