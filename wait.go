@@ -62,13 +62,14 @@ func ticketLifeFor(ttl time.Duration) time.Duration {
 //     the head of the queue in this Client attempts, with the acquire
 //     script; it attempts again when a release is announced, on its
 //     backoff, or when the holder would expire.
-func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Lock, err error) {
+func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (held *Lock, _ error) {
 	w, err := c.addWaiter(l)
 	if err != nil {
 		return nil, opError("acquire", l.key, err)
 	}
 	wt := &wait{c: c, l: l, w: w, o: o}
-	defer func() { wt.end(ctx, err == nil) }()
+	// Not held if an observer's func panics.
+	defer func() { wt.end(ctx, held != nil) }()
 	mustAttempt := true // the next step is an attempt (else: a wait)
 	for {
 		if mustAttempt && c.mayAttempt(w) {
