@@ -186,17 +186,20 @@ func hasHashTag(key string) bool {
 //
 // Close gives its waiters and their departures 2s in all. A waiter whose
 // round trip Redis has not answered by then is not waited for: it returns
-// when go-redis gives up on that round trip (with its error, or
-// ErrClosed), and leaves by itself; departures not answered by then are
-// abandoned. Their tickets lapse within 5s, and a lock granted to such a
-// waiter, or taken by its attempt, expires by its ttl. So when Redis does
-// not answer, Close returns after about 2s, plus up to the go-redis
-// client's ReadTimeout for a round trip already in flight in the
-// background (a renewal, a release retry, a Redlock node's call; on a
-// Cluster client, the departures too): go-redis bounds a read by that, not
-// by a context's deadline (unless ContextTimeoutEnabled). With no read
-// timeout (ReadTimeout -1), such a round trip holds Close until Redis
-// answers or the connection drops.
+// once Redis answers or go-redis gives up, with the lock if its attempt
+// got it, else with the error or ErrClosed, leaving the queue by itself;
+// departures not answered by then are abandoned. Their tickets lapse
+// within 5s, and a lock granted to such a waiter, or taken by an attempt
+// undone too late, expires by its ttl. So when Redis does not answer,
+// Close returns after about 2s, plus the time go-redis takes to give up on
+// a round trip already in flight in the background (a renewal, a release
+// retry, a Redlock node's call; on a Cluster client, the departures too):
+// go-redis bounds a read by its ReadTimeout, not by a context's deadline
+// (unless ContextTimeoutEnabled), and tries again after a timeout, up to
+// MaxRetries times, while the round trip's context lasts (for a lock's
+// renewal, until its local deadline). With no read timeout (ReadTimeout
+// -1), such a round trip holds Close until Redis answers or the connection
+// drops.
 //
 // Every KeepAlive of its locks ends with cause ErrClosed (the locks stay
 // held until released or expired), every Observe of it closes its channel,
