@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,7 @@ type Client struct {
 	observers tracker         // Observe's goroutines
 	life      context.Context // done once Close is called: ends every Observe
 	end       context.CancelFunc
+	closing   sync.Once // runs close once; other Close calls wait for it
 }
 
 // NewDriver returns a Client that takes locks through d: a Redis client
@@ -222,26 +224,51 @@ func (c *Client) closeOwned() {
 // Close ends the Client's waits and background work, and waits for its
 // goroutines to exit. Every Acquire or Do waiting on it returns ErrClosed:
 // Close wakes them, waits for each to end (an attempt in flight first gets
-// its reply), and takes their tickets out of Redis, one pipelined round
-// trip per node, passing on at once what a release granted them meanwhile.
-// So the go-redis client (or the Driver) may be closed as soon as Close
-// returns (see ExampleClient_Close), and the next release serves another
-// Client's waiter. A waiter inside an observer's func is not waited for: Close
-// takes its ticket out, and it returns ErrClosed once back. Departures that
-// cannot reach Redis within 2s are abandoned: their tickets lapse within
-// 5s. Every KeepAlive of its locks ends with cause ErrClosed (the locks
-// stay held until released or expired), every Observe of it closes its
-// channel, and releases being retried in the background (see
-// Lock.Release) are abandoned: those locks expire by their ttl. Close
-// releases no lock and does not close the go-redis client or the Driver;
-// it closes the clients it made of Cluster nodes that no slot map listed
-// (see WithReplicas). Later calls that wait or keep alive return ErrClosed;
-// Release still works. Close is idempotent and always returns nil.
+// its reply, within 2s: see below), and takes their tickets out of Redis,
+// one pipelined round trip per node, passing on at once what a release
+// granted them meanwhile. So the go-redis client (or the Driver) may be closed as soon as
+// Close returns (see ExampleClient_Close), and the next release serves
+// another Client's waiter. A waiter inside its observer's WaitStart is not
+// waited for: Close takes its ticket out, and it returns ErrClosed once
+// back (so WaitStart may call Close; see Observer).
+//
+// Close gives its waiters and their departures 2s in all. A waiter whose
+// round trip Redis has not answered by then is not waited for: it returns
+// once Redis answers or go-redis gives up, with the lock if its attempt
+// got it, else with the error or ErrClosed, leaving the queue by itself;
+// departures not answered by then are abandoned. Their tickets lapse
+// within 5s, and a lock granted to such a waiter, or taken by an attempt
+// undone too late, expires by its ttl. So when Redis does not answer,
+// Close returns after about 2s, plus the time go-redis takes to give up on
+// a round trip already in flight in the background (a renewal, a release
+// retry, a Redlock node's call; on a Cluster client, the departures too):
+// go-redis bounds a read by its ReadTimeout, not by a context's deadline
+// (unless ContextTimeoutEnabled), and tries again after a timeout, up to
+// MaxRetries times, while the round trip's context lasts (for a lock's
+// renewal, until its local deadline). With no read timeout (ReadTimeout
+// -1), such a round trip holds Close until Redis answers or the connection
+// drops.
+//
+// Every KeepAlive of its locks ends with cause ErrClosed (the locks stay
+// held until released or expired), every Observe of it closes its channel,
+// and releases being retried in the background (see Lock.Release) are
+// abandoned: those locks expire by their ttl. Close releases no lock and
+// does not close the go-redis client or the Driver; it closes the clients it made of
+// Cluster nodes that no slot map listed (see WithReplicas). Later calls
+// that wait or keep alive return ErrClosed; Release still works. Close is
+// idempotent: a Close called while another runs returns when that one
+// does. It always returns nil.
 func (c *Client) Close() error {
-	if c == nil {
-		return nil
+	if c != nil {
+		c.closing.Do(c.close)
 	}
-	c.depart(c.notify.closeWaiters())
+	return nil
+}
+
+// close is Close's work, done once.
+func (c *Client) close() {
+	until := time.Now().Add(cleanupTimeout)
+	c.depart(c.notify.closeWaiters(until), until)
 	c.notify.closeSubscribers()
 	c.sched.close()
 	c.calls.wait()
@@ -249,5 +276,4 @@ func (c *Client) Close() error {
 	c.closeOwned()
 	c.end()
 	c.observers.close()
-	return nil
 }

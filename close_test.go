@@ -3,6 +3,7 @@ package padlock_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/faultproxy"
 )
 
 // An instance with 40 waiters shuts down as the examples do: Close, then
@@ -89,6 +91,72 @@ func TestCloseLeavesForAWaiterInItsObserver(t *testing.T) {
 	require.ErrorIs(t, (<-got).err, padlock.ErrClosed)
 }
 
+// A waiter that came while a Lock of its Client (one got by waiting)
+// held the key is pending: it sends nothing, and that Lock's release
+// queues it. If it is in WaitStart when Close comes, Close has nothing to
+// leave for it; the holder's release after Close (Release still works)
+// must queue it no more, else the key is granted to a waiter that will
+// only return ErrClosed, and held by nobody for its ttl.
+func TestAReleaseAfterCloseQueuesNoWaiterOfTheClosedClient(t *testing.T) {
+	e := newReal(t, nil)
+	first, err := moreClients(t, e, 1)[0].TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err)
+	handed := acquireLater(e.ctx, e.c, e.key, time.Minute)
+	waitFor(t, e, 1)
+	behind := acquireLater(e.ctx, e.c, e.key, time.Minute)
+	waitFor(t, e, 2)
+	require.NoError(t, first.Release(e.ctx))
+	h := <-handed // it got the key by waiting; behind still waits, so the key's queue here stays
+	require.NoError(t, h.err)
+
+	inside, back := make(chan struct{}), make(chan struct{})
+	pending := acquireLater(e.ctx, e.c, e.key, time.Minute, padlock.WithObserver(&padlock.Observer{
+		WaitStart: func(context.Context, string) {
+			close(inside)
+			<-back
+		},
+	}))
+	<-inside
+	require.NoError(t, e.c.Close())
+	require.ErrorIs(t, (<-behind).err, padlock.ErrClosed)
+	require.NoError(t, h.l.Release(e.ctx))
+	require.Empty(t, e.get(e.key), "the release after Close granted the key to a waiter of the closed Client")
+	close(back)
+	require.ErrorIs(t, (<-pending).err, padlock.ErrClosed)
+}
+
+// A WaitStart that panics (a panic that net/http, say, recovers) leaves
+// Close's count of the waiters to wait for as it was: Close waits for a
+// later waiter to end, and sends its leave in its own pipeline, before the
+// caller closes the go-redis client. (Here the waiter's own script, sent
+// after Close returned, would be slow.)
+func TestAPanicInWaitStartLeavesCloseWaitingForTheOthers(t *testing.T) {
+	e := newReal(t, nil)
+	panicKey := e.key + ":panic"
+	holder := moreClients(t, e, 1)[0]
+	for _, key := range []string{e.key, panicKey} {
+		_, err := holder.TryAcquire(e.ctx, key, time.Minute)
+		require.NoError(t, err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr()})
+	slow := &slowScripts{d: 300 * time.Millisecond}
+	rdb.AddHook(slow)
+	closing := padlock.New(rdb)
+	panicking := padlock.WithObserver(&padlock.Observer{
+		WaitStart: func(context.Context, string) { panic("WaitStart") },
+	})
+	require.PanicsWithValue(t, "WaitStart", func() { _, _ = closing.Acquire(e.ctx, panicKey, time.Minute, panicking) })
+	got := acquireLater(e.ctx, closing, e.key, time.Minute)
+	waitFor(t, e, 1)
+	slow.on.Store(true)
+	require.NoError(t, closing.Close())
+	require.NoError(t, rdb.Close())
+	require.ErrorIs(t, (<-got).err, padlock.ErrClosed)
+	left, err := e.raw.ZCard(e.ctx, queueKey(e.key)).Result()
+	require.NoError(t, err)
+	require.Zero(t, left, "the waiter's ticket left the queue")
+}
+
 // Waiters that cannot queue in Redis (a Redlock's, a key with a brace but
 // no hash tag) attempt on their own. Close waits for an attempt in flight
 // (here slowed by latency), so each of them returns ErrClosed, not the
@@ -138,6 +206,97 @@ func TestCloseWaitsForAttemptsInFlight(t *testing.T) {
 	}
 }
 
+// When Redis does not answer (a blackhole: connections stay open, nothing
+// comes back), Close gives its waiters and their departures 2s: it
+// returns within that and the read timeout of a ticket's renewal that may
+// be in flight, whatever go-redis's ReadTimeout (a departure on a
+// *redis.Client times out by Close's own bound, even with none), and the
+// waiters return ErrClosed, or the error of the round trip they were in.
+func TestCloseIsBoundedWhenRedisDoesNotAnswer(t *testing.T) {
+	tests := []struct {
+		name        string
+		readTimeout time.Duration
+		inFlight    bool // a waiter's attempt is in flight when Close comes
+	}{
+		{"no ReadTimeout", -1, false},
+		{"departure", 0, false},
+		{"departure, ReadTimeout 8s", 8 * time.Second, false},
+		{"attempt in flight", 0, true},
+	}
+	// 2s for Close, 3s (the default ReadTimeout) for a renewal, and slack.
+	const within = 7 * time.Second
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.readTimeout != -1 {
+				longOnly(t)
+			}
+			e := newReal(t, nil)
+			holdFor := time.Minute
+			if tt.inFlight {
+				holdFor = 1500 * time.Millisecond
+			}
+			start := time.Now()
+			holder, err := e.c.TryAcquire(e.ctx, e.key, holdFor)
+			require.NoError(t, err)
+			p, err := faultproxy.Start(e.srv.Addr())
+			require.NoError(t, err)
+			t.Cleanup(p.Close)
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: tt.readTimeout})
+			t.Cleanup(func() { _ = rdb.Close() })
+			closing := padlock.New(rdb)
+			got := acquireLater(e.ctx, closing, e.key, 30*time.Second)
+			waitFor(t, e, 1)
+			if tt.inFlight {
+				time.Sleep(1300*time.Millisecond - time.Since(start))
+			}
+			p.SetBlackhole(true)
+			if tt.inFlight {
+				time.Sleep(400 * time.Millisecond) // the waiter attempts as the holder expires
+			}
+
+			closed := make(chan time.Duration, 1)
+			go func() {
+				t0 := time.Now()
+				_ = closing.Close()
+				closed <- time.Since(t0)
+			}()
+			select {
+			case took := <-closed:
+				t.Logf("Close took %v", took)
+			case <-time.After(within):
+				_ = rdb.Close() // lets Close return
+				<-closed
+				t.Errorf("Close did not return in %v", within)
+			}
+			_ = rdb.Close() // as Close's caller does
+			select {
+			case w := <-got:
+				t.Logf("the waiter returned %v", w.err)
+				require.Error(t, w.err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiter did not return once the go-redis client was closed")
+			}
+			_ = holder.Release(e.ctx)
+		})
+	}
+}
+
+// slowScripts delays every script sent alone by d once on.
+type slowScripts struct {
+	passHook
+	d  time.Duration
+	on atomic.Bool
+}
+
+func (s *slowScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if s.on.Load() && isScript(cmd) {
+			time.Sleep(s.d)
+		}
+		return next(ctx, cmd)
+	}
+}
+
 // scriptTrips is a hook that counts the scripts of each round trip that
 // has any.
 type scriptTrips struct {
@@ -181,4 +340,62 @@ func (s *scriptTrips) reset() []int {
 	trips := s.trips
 	s.trips = nil
 	return trips
+}
+
+// Two Close calls at once (a signal handler's and a deferred one): each
+// returns only once the waiters' tickets are out of Redis, so that its
+// caller may close the go-redis client. Here the leaves' pipeline is slow.
+func TestConcurrentClosesWaitForTheDeparture(t *testing.T) {
+	e := newReal(t, nil)
+	holder, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err)
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr()})
+	slow := &slowPipelines{d: 300 * time.Millisecond}
+	rdb.AddHook(slow)
+	closing := padlock.New(rdb)
+	const waiters = 10
+	var results []<-chan waited
+	for range waiters {
+		results = append(results, acquireLater(e.ctx, closing, e.key, 30*time.Second))
+	}
+	waitFor(t, e, waiters)
+	slow.on.Store(true)
+
+	returned := make(chan struct{}, 2)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			assert.NoError(t, closing.Close())
+			returned <- struct{}{}
+		})
+	}
+	<-returned
+	queued, err := e.raw.ZCard(e.ctx, queueKey(e.key)).Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.Close()) // as the first Close's caller does
+	wg.Wait()
+	for _, r := range results {
+		require.ErrorIs(t, (<-r).err, padlock.ErrClosed)
+	}
+	require.Zero(t, queued, "a Close returned with its waiters' tickets still queued")
+	require.NoError(t, holder.Release(e.ctx))
+}
+
+// slowPipelines delays every pipeline by d once on, as a pool that must
+// dial, or a busy client, would.
+type slowPipelines struct {
+	passHook
+	d  time.Duration
+	on atomic.Bool
+}
+
+func (s *slowPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (s *slowPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if s.on.Load() {
+			time.Sleep(s.d)
+		}
+		return next(ctx, cmds)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -260,3 +261,21 @@ type wrapped struct {
 
 func (e wrapped) Error() string   { return e.err.Error() }
 func (e wrapped) Unwrap() []error { return []error{e.as, e.err} }
+
+// A timeBound is a Driver whose client ignores a context's deadline for
+// its reads and writes, as go-redis does unless ContextTimeoutEnabled, but
+// can be bounded by a time: Close bounds its departures so.
+type timeBound interface {
+	within(d time.Duration) driver.Driver
+}
+
+// within returns g with reads and writes that time out after d, on a
+// *redis.Client (which has WithTimeout); a Cluster client's time out after
+// its ReadTimeout and WriteTimeout.
+func (g *goRedis) within(d time.Duration) driver.Driver {
+	rc, ok := g.rdb.(*redis.Client)
+	if !ok {
+		return g
+	}
+	return &goRedis{rdb: rc.WithTimeout(d), kind: g.kind}
+}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -422,6 +424,67 @@ func TestMaxHoldCountsFromTheHandOff(t *testing.T) {
 			require.ErrorIs(t, w.l.Extend(t.Context(), ttl), padlock.ErrMaxHold, "and caps it then")
 			require.NoError(t, w.l.Release(t.Context()))
 		})
+	}
+}
+
+// An Acquire whose first take came back too late (and was undone) counts
+// its WithMaxHold from the take that kept the lock: here another holder
+// takes the key as the first take is undone, for longer than the cap, and
+// the Lock that Acquire returns then may be extended at once.
+func TestMaxHoldCountsFromTheTakeThatKeepsTheLock(t *testing.T) {
+	e := newReal(t, nil)
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const ttl, maxHold = 500 * time.Millisecond, time.Second
+	rdb.AddHook(&lateFirstTake{raw: e.raw, key: e.key, delay: ttl - ttl/20, hold: maxHold + maxHold/2})
+	c := padlock.New(rdb)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err := c.Acquire(ctx, e.key, ttl, padlock.WithMaxHold(maxHold),
+		padlock.WithBackoff(padlock.ExponentialBackoff(10*time.Millisecond, 10*time.Millisecond)))
+	require.NoError(t, err)
+	t.Logf("acquired after %v", time.Since(start))
+	require.NoError(t, l.Extend(e.ctx, ttl), "the cap counts from the take that kept the lock")
+	require.NoError(t, l.Release(e.ctx))
+}
+
+// lateFirstTake delays the reply of the first script that takes the lock
+// (wait.lua's {1, fence}) by delay, past its validity, so the take is
+// undone; as the undo's release lands, another holder takes the key for
+// hold.
+type lateFirstTake struct {
+	passHook
+	raw   *redis.Client
+	key   string
+	delay time.Duration
+	hold  time.Duration
+	state atomic.Int32 // 0: before the take, 1: before the undo, 2: done
+}
+
+func (h *lateFirstTake) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if !isScript(cmd) {
+			return err
+		}
+		switch h.state.Load() {
+		case 0:
+			if c, ok := cmd.(*redis.Cmd); ok {
+				if r, _ := c.Slice(); len(r) > 0 && r[0] == int64(1) {
+					h.state.Store(1)
+					time.Sleep(h.delay)
+				}
+			}
+		case 1:
+			if err != nil {
+				return err // NOSCRIPT: the release goes again as EVAL
+			}
+			h.state.Store(2)
+			h.raw.SetNX(context.Background(), h.key, "another holder", h.hold)
+		}
+		return err
 	}
 }
 

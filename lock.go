@@ -55,8 +55,8 @@ func (h holdBounds) capped(now time.Time) bool {
 // send, a grant's arrival, Resume's send); Redis keeps it for kept (its
 // WithMinHold, or what Resume read is left of it) from no earlier than
 // from (the acquire's send, the last moment a waiter was known queued
-// before its grant). Only the first take counts. l.mu must be held, or l
-// not yet shared.
+// before its grant). Only the first take counts, unless it is forgotten
+// (see untake). l.mu must be held, or l not yet shared.
 func (l *Lock) took(from, at time.Time, kept time.Duration) {
 	x := l.x
 	if x == nil || x.taken {
@@ -69,6 +69,18 @@ func (l *Lock) took(from, at time.Time, kept time.Duration) {
 	if kept > 0 {
 		x.holds.minUntil = from.Add(kept - drift(kept))
 	}
+}
+
+// untake forgets l's take, if any: an attempt of its Acquire did not get
+// the lock (a take whose reply came too late was undone; a grant was not
+// confirmed), so the take that gets it fixes its holdBounds afresh.
+func (l *Lock) untake() {
+	if l.x == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.x.taken, l.x.holds = false, holdBounds{}
 }
 
 // bounds is x's holdBounds (none for a nil x). Once its Lock is returned

@@ -20,9 +20,14 @@ import (
 // for what the Client's background work does (renewals, and the end of a
 // hold that a renewal or a background release retry finds), on a goroutine
 // of the Client that runs them one at a time, in order. Any of them may
-// call the Lock's methods (Release, Extend, TTL) and the Client's (not
-// Close); a func that blocks holds up the ones after it. An Observer must
-// not be changed once in use.
+// call the Lock's methods (Release, Extend, TTL) and the Client's; a func
+// that blocks holds up the ones after it. Only the funcs that run on the
+// goroutine of the caller's own call may call Close: AcquireStart,
+// AcquireDone, WaitStart, WaitDone, ReleaseStart, ReleaseDone, Extend, and
+// HoldEnd when the caller's Release or Extend ends the hold. Close waits
+// for the Client's goroutines, and for waiters not in WaitStart, so a
+// Close in HandOff, Renewal or the background work's HoldEnd would wait
+// for itself. An Observer must not be changed once in use.
 type Observer struct {
 	// AcquireStart is called when TryAcquire, Acquire, TryAcquireMany or
 	// AcquireMany (also inside TryDo and Do) starts, once its arguments are

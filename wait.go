@@ -61,13 +61,14 @@ func ticketLifeFor(ttl time.Duration) time.Duration {
 //     the head of the queue in this Client attempts, with the acquire
 //     script; it attempts again when a release is announced, on its
 //     backoff, or when the holder would expire.
-func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (_ *Lock, err error) {
+func (c *Client) acquireWaiting(ctx context.Context, l *Lock, o options) (held *Lock, _ error) {
 	w, err := c.addWaiter(l)
 	if err != nil {
 		return nil, opError("acquire", l.key, err)
 	}
 	wt := &wait{c: c, l: l, w: w, o: o}
-	defer func() { wt.end(ctx, err == nil) }()
+	// Not held if an observer's func panics.
+	defer func() { wt.end(ctx, held != nil) }()
 	mustAttempt := true // the next step is an attempt (else: a wait)
 	for {
 		if mustAttempt && c.mayAttempt(w) {
@@ -119,6 +120,9 @@ func (wt *wait) attempt(ctx context.Context) (_ *Lock, again bool, _ error) {
 	}
 	sent := time.Now()
 	code, n, err := wt.step(ctx)
+	if err != nil {
+		l.untake()
+	}
 	switch {
 	case err == nil:
 		c.nowHolding(l)
@@ -180,7 +184,7 @@ func (wt *wait) tellWaiting(ctx context.Context) {
 	}
 	wt.waiting = true
 	if obs := wt.l.observer(); obs != nil && obs.WaitStart != nil {
-		wt.c.notify.aside(func() { obs.WaitStart(ctx, wt.l.key) })
+		wt.c.notify.aside(wt.w, func() { obs.WaitStart(ctx, wt.l.key) })
 	}
 }
 
@@ -249,21 +253,27 @@ func (n *notifier) ended() {
 func (n *notifier) notBusyLocked() {
 	n.busy--
 	if n.busy == 0 && n.idle != nil {
-		n.idle.Broadcast()
+		close(n.idle)
+		n.idle = nil
 	}
 }
 
-// aside runs f, an observer's func, on a waiter's goroutine, which Close
+// aside runs f, w's observer's WaitStart, on w's goroutine, which Close
 // does not wait for meanwhile: f may close the Client. Close leaves, for
-// such a waiter, what it has in Redis (see closeWaiters).
-func (n *notifier) aside(f func()) {
+// such a waiter, what it has in Redis (see closeWaiters). If f panics, w
+// is busy again as it ends.
+func (n *notifier) aside(w *waiter, f func()) {
 	n.mu.Lock()
+	w.aside = true
 	n.notBusyLocked()
 	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		w.aside = false
+		n.busy++
+		n.mu.Unlock()
+	}()
 	f()
-	n.mu.Lock()
-	n.busy++
-	n.mu.Unlock()
 }
 
 // waitEnded is the error of w's wait that ctx ended: what w last saw of
@@ -451,24 +461,30 @@ type departure struct {
 
 // depart sends the leaves of the waiters that ended as the Client closed
 // in one pipeline (a round trip per node; and one more, as EVAL, for a
-// server that lacks the script), best effort as leave's.
-func (c *Client) depart(ds []departure) {
+// server that lacks the script), best effort as leave's, until until (or
+// for lateCleanupTimeout, if that is later).
+func (c *Client) depart(ds []departure, until time.Time) {
 	if len(ds) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	until = latest(until, time.Now().Add(lateCleanupTimeout))
+	ctx, cancel := context.WithDeadline(context.Background(), until)
 	defer cancel()
+	d := c.d
+	if b, ok := d.(timeBound); ok {
+		d = b.within(time.Until(until))
+	}
 	sent := time.Now()
 	cmds := make([]driver.Cmd, len(ds))
 	for i, d := range ds {
 		cmds[i] = leaveScript.batched(d.l.queueKeys(), leaveArgs(d.ticket, d.keep), false)
 	}
-	c.d.Batch(ctx, cmds)
+	d.Batch(ctx, cmds)
 	if again := noScripts(cmds); len(again) > 0 {
 		for _, i := range again {
 			cmds[i] = leaveScript.batched(ds[i].l.queueKeys(), leaveArgs(ds[i].ticket, ds[i].keep), true)
 		}
-		batchSome(ctx, c.d, cmds, again)
+		batchSome(ctx, d, cmds, again)
 	}
 	for _, cmd := range cmds {
 		if reply, err := asSlice(cmd.Reply, cmd.Err); err == nil {

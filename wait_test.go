@@ -1266,3 +1266,21 @@ func TestCloseFromAWaitersCallback(t *testing.T) {
 	}
 	require.ErrorIs(t, (<-got).err, padlock.ErrClosed)
 }
+
+// A WaitStart that panics (a panic that net/http, say, recovers) ends
+// the wait as any failed Acquire does: its ticket leaves the queue, and
+// the holder's release grants the key to nobody.
+func TestAPanicInWaitStartLeavesTheQueue(t *testing.T) {
+	e := newReal(t, nil)
+	holder, err := moreClients(t, e, 1)[0].TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err)
+	panicking := padlock.WithObserver(&padlock.Observer{
+		WaitStart: func(context.Context, string) { panic("WaitStart") },
+	})
+	require.PanicsWithValue(t, "WaitStart", func() { _, _ = e.c.Acquire(e.ctx, e.key, time.Minute, panicking) })
+	left, err := e.raw.ZCard(e.ctx, queueKey(e.key)).Result()
+	require.NoError(t, err)
+	require.Zero(t, left, "its ticket left the queue")
+	require.NoError(t, holder.Release(e.ctx))
+	require.Empty(t, e.get(e.key), "nobody was granted the lock")
+}

@@ -17,7 +17,7 @@ import (
 // padlock mutex, except a subscriber's idle timer, which is under
 // notifier.mu itself; it sends nothing to Redis and calls no callback (a
 // grant's HandOff runs once mu is unlocked: see grantLocked); Close waits
-// on idle, which unlocks it, for the waiters to end. The
+// for the waiters to end on idle, with mu unlocked. The
 // scheduler's mu, a subscriber's mu and a Lock's mu are each taken alone,
 // or a Lock's mu before the scheduler's (KeepAlive), never the other way;
 // under its mu the scheduler only tries a Lock's extendMu, which never
@@ -47,6 +47,7 @@ type waiter struct {
 	carried   bool      // a release in flight is queueing it
 	removed   bool      // it stopped waiting
 	left      bool      // its leave is sent, or taken by Close (see Client.Close)
+	aside     bool      // it is in its observer's WaitStart, which Close does not wait for (see aside)
 	expires   time.Time // when what keeps it out expires, as far as it knows (zero: unknown)
 	free      bool      // its last look found what it waits for free, but waiters ahead of it
 }
@@ -62,10 +63,10 @@ type keyQueue struct {
 type notifier struct {
 	mu       sync.Mutex
 	closed   bool
-	busy     int         // waiters that Close waits for: in acquireWaiting, not in an observer's func (see aside)
-	idle     *sync.Cond  // on mu: Close waits on it for busy to fall to 0
-	leaves   []departure // the leaves of waiters that ended once closed, for Close to send
-	departed bool        // Close took leaves: a waiter that ends later leaves by itself
+	busy     int           // waiters that Close waits for: in acquireWaiting, not in WaitStart (see aside)
+	idle     chan struct{} // while Close waits for busy to fall to 0: closed then
+	leaves   []departure   // the leaves of waiters that ended once closed, for Close to send
+	departed bool          // Close took leaves: a waiter that ends later leaves by itself
 	queues   map[string]*keyQueue
 	tokens   map[string]*waiter     // the one way's waiters, by token
 	tickets  map[*lease]*waiter     // the leases of their tickets, to their waiters (see tickets.go)
@@ -248,7 +249,9 @@ func (c *Client) nowHolding(l *Lock) {
 
 // takePending returns the registrations (token, ticket) of the pending
 // waiters of l's key that the release of l is to queue, and those
-// waiters, now carried by it; l no longer holds the key here.
+// waiters, now carried by it; l no longer holds the key here. Once the
+// Client is closed it queues nobody: its pending waiters return ErrClosed
+// (a Release works after Close; one in WaitStart has nothing to leave).
 func (c *Client) takePending(l *Lock) ([]any, []*waiter) {
 	n := &c.notify
 	n.mu.Lock()
@@ -262,7 +265,7 @@ func (c *Client) takePending(l *Lock) ([]any, []*waiter) {
 		return nil, nil
 	}
 	delete(q.holders, l)
-	if l.multi() != nil {
+	if l.multi() != nil || n.closed {
 		return nil, nil
 	}
 	var regs []any
@@ -519,12 +522,13 @@ func (n *notifier) wakeAll() {
 }
 
 // closeWaiters marks the notifier closed, wakes every waiter and waits
-// for them to end; it returns what they have to leave in Redis: theirs,
-// and that of the waiters in an observer's func (see aside), which return
-// ErrClosed once back.
-func (n *notifier) closeWaiters() []departure {
+// for them to end, until until at the latest; it returns what they have
+// to leave in Redis: theirs, and that of the waiters in WaitStart (see
+// aside), which return ErrClosed once back. A waiter still busy at until
+// (a round trip that Redis does not answer) leaves by itself once it
+// ends.
+func (n *notifier) closeWaiters(until time.Time) []departure {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.closed = true
 	for _, q := range n.queues {
 		for _, w := range q.waiters {
@@ -532,16 +536,27 @@ func (n *notifier) closeWaiters() []departure {
 			signal(w.turn)
 		}
 	}
-	if n.idle == nil {
-		n.idle = sync.NewCond(&n.mu)
+	if n.busy > 0 {
+		n.idle = make(chan struct{})
+		idle := n.idle
+		n.mu.Unlock()
+		t := time.NewTimer(time.Until(until))
+		select {
+		case <-idle:
+		case <-t.C:
+		}
+		t.Stop()
+		n.mu.Lock()
+		n.idle = nil
 	}
-	for n.busy > 0 {
-		n.idle.Wait()
-	}
+	defer n.mu.Unlock()
 	leaves := n.leaves
 	n.leaves, n.departed = nil, true
 	for _, q := range n.queues {
 		for _, w := range q.waiters {
+			if !w.aside {
+				continue // busy still: it leaves by itself
+			}
 			if d, ok := n.departLocked(w, false); ok {
 				leaves = append(leaves, d)
 				if n.tokens[w.token] == w {
