@@ -199,7 +199,10 @@ func (u *unlistedNodes) close() {
 // go-redis makes its own node clients: from the ClusterClient's options
 // opt (auth, TLS, dialer, timeouts, pool), with opt.NewClient. The hooks
 // that ClusterClient.OnNewNode adds to go-redis's node clients are not
-// added to it.
+// added to it, nor are the options that go-redis gained after v9.0 (its
+// credentials providers, ContextTimeoutEnabled, MaxActiveConns...): a
+// Cluster that authenticates through a credentials provider needs
+// opt.NewClient to set it.
 func nodeClient(opt *redis.ClusterOptions, addr string) *redis.Client {
 	o := &redis.Options{
 		Addr:       addr,

@@ -25,7 +25,9 @@ import (
 // node it names, also one that no slot map lists yet (a master just
 // added, while the first slot migrates to it): on go-redis, the Client
 // makes a client of such a node from the ClusterClient's Options (not its
-// OnNewNode hooks), and keeps up to eight such until Close.
+// OnNewNode hooks, nor options newer than go-redis v9.0 such as a
+// credentials provider: set those in ClusterOptions.NewClient), and keeps
+// up to eight such until Close.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return optionFunc(func(o *options) {
 		o.replicas, o.replicaTimeout = n, timeout
