@@ -2,6 +2,7 @@ package drivertest_test
 
 import (
 	"context"
+	"flag"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -14,6 +15,14 @@ import (
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{}) // the failover and the node stopped fill the log with dial errors
+	// The checks mostly wait on their servers: run eight at a time, not
+	// GOMAXPROCS, unless -parallel is given.
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		_ = flag.Set("test.parallel", "8")
+	}
 	// go-redis (before v9.8) redials a server that refused connections
 	// from a goroutine of its own, which ends by itself within a second of
 	// the client's Close; it is not padlock's.
