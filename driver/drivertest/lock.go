@@ -33,8 +33,8 @@ var singleChecks = []check{
 	{"PubSubIdle", pubsubIdle},
 }
 
-// lockCycle: TryAcquire, TTL, Extend, Release, each one round trip of the
-// driver, and what each returns when the lock is someone else's or gone.
+// lockCycle: TryAcquire, TTL, Extend, Release and Do, and what each
+// returns when the lock is someone else's, released or expired.
 func lockCycle(t *testing.T, p *part) {
 	ctx := bounded(t)
 	cs := p.clients(t, 2)

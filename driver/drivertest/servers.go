@@ -35,10 +35,10 @@ func newServers(t *testing.T, path string) *servers {
 		t.Log("drivertest: servers of redis-server from PATH")
 		return &servers{opts: []redistest.Option{syncAtOnce}}
 	}
-	t.Logf("drivertest: servers of %s", path)
 	if fi, err := os.Stat(path); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		t.Fatalf("drivertest: the server binary %q is not an executable file (%v)", path, err)
 	}
+	t.Logf("drivertest: servers of %s", path)
 	return &servers{bin: path, opts: []redistest.Option{redistest.WithBinary(path), syncAtOnce}}
 }
 

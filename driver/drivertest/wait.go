@@ -83,9 +83,8 @@ func pubsubIdle(t *testing.T, p *part) {
 	}
 	ctx := bounded(t)
 	srv := p.srv.start(t)
-	dep := Deployment{Kind: driver.Single, Addrs: []string{srv.Addr()}}
-	holder, waiter := p.setup.New(t, dep), p.setup.New(t, dep)
-	t.Cleanup(func() { _ = holder.Close(); _ = waiter.Close() })
+	own := &part{setup: p.setup, dep: Deployment{Kind: driver.Single, Addrs: []string{srv.Addr()}}}
+	holder, waiter := own.client(t), own.client(t)
 	k := key(t)
 	l, err := holder.TryAcquire(ctx, k, time.Minute)
 	must(t, err, "TryAcquire")
