@@ -22,10 +22,11 @@ func TestMain(m *testing.M) {
 		// go-redis's clients of redistest dial in the background.
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"),
 		// rueidis closes the connections of nodes a Cluster's topology no
-		// longer lists, 5s after it finds out, and its pipes' timers fire
-		// once after Close.
-		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func3"),
+		// longer lists 5s after it finds out, and refreshes its slot map
+		// after a delay, on goroutines that Close does not wait for.
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
 		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient).redirectOrNew.func1"),
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"),
 	)
 }
 
