@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // TryAcquire makes one attempt to take the lock key for ttl, in one round
@@ -296,8 +296,8 @@ func mayHaveRun(err error) bool {
 
 // isRedisError reports whether err is an error reply from Redis.
 func isRedisError(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr)
+	_, ok := driver.Error(err)
+	return ok
 }
 
 // attemptWith runs one acquire attempt of l through run, a script that
@@ -306,12 +306,12 @@ func isRedisError(err error) bool {
 // records the acquire (waiting for replicas with WithReplicas); when not
 // acquired, ErrNotAcquired and the script's ms. When the outcome is
 // unknown (a lost reply) it releases what it may have taken.
-func (l *Lock) attemptWith(ctx context.Context, run func(r doer) *redis.Cmd) (time.Duration, error) {
+func (l *Lock) attemptWith(ctx context.Context, run func(r doer) (any, error)) (time.Duration, error) {
 	var sent time.Time
 	var reply []any
 	conn, err := l.onWriter(ctx, func(r doer) (err error) {
 		sent = time.Now()
-		reply, err = run(r).Slice()
+		reply, err = asSlice(run(r))
 		return err
 	})
 	if conn != nil {

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // A Severity ranks a Finding of Check.
@@ -156,16 +156,16 @@ func (c *Client) Check(ctx context.Context, key string) (Report, error) {
 	}
 	// The nodes that answered: the probes and the cycle's inspections run
 	// on them (on a Cluster, the client routes them to the key's master).
-	var live []redis.UniversalClient
+	var live []driver.Driver
 	var names []string
 	if c.nodes != nil {
 		for i, n := range nodes {
 			if r.Nodes[i].Err == nil {
-				live, names = append(live, n), append(names, r.Nodes[i].Addr)
+				live, names = append(live, n.Driver), append(names, r.Nodes[i].Addr)
 			}
 		}
 	} else {
-		live, names = []redis.UniversalClient{c.rdb}, []string{""}
+		live, names = []driver.Driver{c.d}, []string{""}
 	}
 	acl := c.checkCommands(ctx, key, live, names)
 	r.Findings = append(r.Findings, acl...)
@@ -183,63 +183,47 @@ func (c *Client) Check(ctx context.Context, key string) (Report, error) {
 	return r, nil
 }
 
-// checkNodes returns a client for every node the Client's locks live on.
-func (c *Client) checkNodes(ctx context.Context) ([]*redis.Client, error) {
-	var all []redis.UniversalClient
-	if c.nodes != nil {
-		all = c.nodes
-	} else {
-		all = []redis.UniversalClient{c.rdb}
-	}
-	var out []*redis.Client
-	var mu sync.Mutex
-	collect := func(_ context.Context, n *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		out = append(out, n)
-		return nil
-	}
-	for _, u := range all {
-		switch u := u.(type) {
-		case *redis.Client:
-			out = append(out, u)
-		case *redis.ClusterClient:
-			if err := u.ForEachMaster(ctx, collect); err != nil {
-				return nil, fmt.Errorf("the Cluster's masters: %w", err)
-			}
-		default:
-			return nil, fmt.Errorf("%w: Check on a %T", ErrUnsupported, u)
+// checkNodes returns every node the Client's locks live on (each node of a
+// Redlock, or a Cluster's masters, or the one server), by address.
+func (c *Client) checkNodes(ctx context.Context) ([]driver.Node, error) {
+	var out []driver.Node
+	for _, d := range c.pubsubNodes() {
+		nodes, err := d.Nodes(ctx)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, nodes...)
 	}
-	slices.SortStableFunc(out, func(a, b *redis.Client) int { return strings.Compare(a.Options().Addr, b.Options().Addr) })
+	slices.SortStableFunc(out, func(a, b driver.Node) int { return strings.Compare(a.Addr, b.Addr) })
 	return out, nil
 }
 
-// isTestServer reports whether rdb is miniredis, an in-process test server
+// isTestServer reports whether d is miniredis, an in-process test server
 // (padlocktest's, the demo's), whose INFO (which answered err) has no
 // server section.
-func isTestServer(ctx context.Context, rdb *redis.Client, err error) bool {
+func isTestServer(ctx context.Context, d driver.Driver, err error) bool {
 	if err != nil {
 		return false
 	}
-	err = rdb.Info(ctx, "server").Err()
+	_, err = d.Do(ctx, "", "info", "server")
 	return err != nil && strings.Contains(err.Error(), "section (server) is not supported")
 }
 
 // readNode reads what Check reports of one node: INFO, and CONFIG GET
 // appendfsync.
-func readNode(ctx context.Context, rdb *redis.Client) NodeInfo {
-	n := NodeInfo{Addr: rdb.Options().Addr}
-	text, err := rdb.Info(ctx).Result()
+func readNode(ctx context.Context, node driver.Node) NodeInfo {
+	n, d := NodeInfo{Addr: node.Addr}, node.Driver
+	reply, err := d.Do(ctx, "", "info")
 	if err != nil && (!isRedisError(err) || isAuthError(err)) {
 		n.Err = err
 		return n
 	}
+	text, _ := reply.(string)
 	if !strings.Contains(n.Addr, ":") {
 		// A failover client's Addr is "FailoverClient": ask the server
 		// which address it was reached at.
-		if ci, err := rdb.Do(ctx, "CLIENT", "INFO").Text(); err == nil {
-			for _, f := range strings.Fields(ci) {
+		if ci, err := d.Do(ctx, "", "client", "info"); err == nil {
+			for _, f := range strings.Fields(fmt.Sprint(ci)) {
 				if a, ok := strings.CutPrefix(f, "laddr="); ok {
 					n.Addr = a
 				}
@@ -252,6 +236,18 @@ func readNode(ctx context.Context, rdb *redis.Client) NodeInfo {
 			info[k] = v
 		}
 	}
+	readInfo(ctx, d, err, info, &n)
+	if v := configValue(d.Do(ctx, "", "config", "get", "appendfsync")); v != "" {
+		n.AppendFsync = v
+	} else {
+		n.NotChecked = append(n.NotChecked, "appendfsync")
+	}
+	return n
+}
+
+// readInfo reads into n the facts of info, INFO's fields (INFO answered
+// err).
+func readInfo(ctx context.Context, d driver.Driver, err error, info map[string]string, n *NodeInfo) {
 	// Each section's fact, read if its field is there.
 	if v, ok := info["redis_version"]; ok {
 		n.Server, n.Version = "redis", v
@@ -261,7 +257,7 @@ func readNode(ctx context.Context, rdb *redis.Client) NodeInfo {
 		var major int
 		_, _ = fmt.Sscanf(v, "%d.", &major)
 		n.ShardedPubSub = major >= 7 // Valkey reports the Redis version it is compatible with, 7.2 or later
-	} else if isTestServer(ctx, rdb, err) {
+	} else if isTestServer(ctx, d, err) {
 		n.Server = "miniredis"
 	} else {
 		n.NotChecked = append(n.NotChecked, "server")
@@ -289,12 +285,27 @@ func readNode(ctx context.Context, rdb *redis.Client) NodeInfo {
 	if v, ok := field("cluster_enabled", "cluster"); ok {
 		n.Cluster = v == "1"
 	}
-	if kv, err := rdb.ConfigGet(ctx, "appendfsync").Result(); err == nil && kv["appendfsync"] != "" {
-		n.AppendFsync = kv["appendfsync"]
-	} else {
-		n.NotChecked = append(n.NotChecked, "appendfsync")
+}
+
+// configValue is the value of the one parameter of a CONFIG GET's reply
+// (an array of name and value, or a map in RESP3), or "" if it failed.
+func configValue(reply any, err error) string {
+	if err != nil {
+		return ""
 	}
-	return n
+	switch v := reply.(type) {
+	case []any:
+		if len(v) == 2 {
+			s, _ := v[1].(string)
+			return s
+		}
+	case map[string]any:
+		for _, e := range v {
+			s, _ := e.(string)
+			return s
+		}
+	}
+	return ""
 }
 
 // isAuthError reports whether err is Redis refusing the Client's
@@ -433,7 +444,7 @@ func refusal(msg string) string {
 // checkCommands probes every command padlock uses, as the Client's user,
 // and returns a Danger finding for each refused one
 // on each of targets, named in findings by names.
-func (c *Client) checkCommands(ctx context.Context, key string, targets []redis.UniversalClient, names []string) []Finding {
+func (c *Client) checkCommands(ctx context.Context, key string, targets []driver.Driver, names []string) []Finding {
 	p, z, h := sideKey(key, "check"), sideKey(key, "check-z"), sideKey(key, "check-h")
 	var fs []Finding
 	for i, r := range targets {
@@ -442,19 +453,18 @@ func (c *Client) checkCommands(ctx context.Context, key string, targets []redis.
 			continue
 		}
 		refused := map[string]string{}
-		pipe := r.Pipeline()
 		proto := 3
-		if rc, ok := r.(*redis.Client); ok && rc.Options().Protocol == 2 {
-			proto = 2
+		if pr, ok := r.(driver.Protocoler); ok {
+			proto = pr.Protocol()
 		}
 		ps := probes(p, z, h, proto)
-		cmds := make([]*redis.Cmd, len(ps))
+		cmds := make([]driver.Cmd, len(ps))
 		for j, pr := range ps {
-			cmds[j] = pipe.Do(ctx, pr.args...)
+			cmds[j] = driver.Cmd{Key: p, Args: pr.args} // p's, z's and h's slot is key's
 		}
-		_, _ = pipe.Exec(ctx)
+		r.Batch(ctx, cmds)
 		for j, cmd := range cmds {
-			if err := cmd.Err(); err != nil && isPermissionError(err.Error()) {
+			if err := cmd.Err; err != nil && isPermissionError(err.Error()) {
 				refused[ps[j].cmd] = err.Error()
 			}
 		}
@@ -466,7 +476,7 @@ func (c *Client) checkCommands(ctx context.Context, key string, targets []redis.
 			}
 		}
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		r.Del(cleanupCtx, p, z, h)
+		_, _ = r.Do(cleanupCtx, p, "del", p, z, h)
 		cancel()
 		said := map[string]bool{}
 		for _, name := range aclCommands { // in the rule's order
@@ -506,8 +516,8 @@ func (c *Client) checkCommands(ctx context.Context, key string, targets []redis.
 // connection at all: a command that go-redis sends first (SELECT of the
 // URL's database, CLIENT SETNAME) is refused, so every command fails with
 // its NOPERM, which would otherwise be blamed on the probes.
-func setupRefused(ctx context.Context, r redis.UniversalClient, node string) (Finding, bool) {
-	err := r.Ping(ctx).Err()
+func setupRefused(ctx context.Context, r driver.Driver, node string) (Finding, bool) {
+	_, err := r.Do(ctx, "", "ping")
 	if err == nil || !isPermissionError(err.Error()) {
 		return Finding{}, false
 	}
@@ -516,7 +526,7 @@ func setupRefused(ctx context.Context, r redis.UniversalClient, node string) (Fi
 		return Finding{}, false // PING itself: the probes name it
 	}
 	return Finding{Severity: Danger, Node: node, Topic: "acl",
-		Problem: fmt.Sprintf("the Redis user may not run %s, which go-redis sends when it sets up a connection (%s): no command works", strings.ToUpper(name), err),
+		Problem: fmt.Sprintf("the Redis user may not run %s, which the Redis client sends when it sets up a connection (%s): no command works", strings.ToUpper(name), err),
 		Fix:     fmt.Sprintf("add +%s to the user's rule (a database other than 0 needs +select)", name)}, true
 }
 
@@ -537,35 +547,31 @@ func quotedCommand(msg string) string {
 // probeSubscribe subscribes to channel on a connection of its own, sharded
 // (SSUBSCRIBE) or not, and unsubscribes, and returns the errors by
 // command. A server that does not know the commands is not an error.
-func probeSubscribe(ctx context.Context, r redis.UniversalClient, sharded bool, channel string) map[string]error {
+func probeSubscribe(ctx context.Context, r driver.Driver, sharded bool, channel string) map[string]error {
 	ctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
 	defer cancel()
 	sub, unsub := "subscribe", "unsubscribe"
-	var ps *redis.PubSub
 	if sharded {
 		sub, unsub = "ssubscribe", "sunsubscribe"
-		ps = r.SSubscribe(ctx, channel)
-	} else {
-		ps = r.Subscribe(ctx, channel)
+	}
+	ps, err := r.PubSub(ctx, channel)
+	if err != nil {
+		return map[string]error{sub: err}
 	}
 	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil {
+	if err = ps.Subscribe(ctx, sharded, channel); err == nil {
+		_, err = ps.Receive(ctx, until(ctx))
+	}
+	if err != nil {
 		if isUnknownCommand(err) {
 			return nil
 		}
 		return map[string]error{sub: err}
 	}
-	var err error
-	if sharded {
-		err = ps.SUnsubscribe(ctx, channel)
-	} else {
-		err = ps.Unsubscribe(ctx, channel)
-	}
-	if err == nil {
-		_, err = ps.Receive(ctx)
-	}
-	if err != nil {
-		return map[string]error{unsub: err}
+	if u, ok := ps.(driver.Unsubscriber); ok {
+		if err := u.Unsubscribe(ctx, sharded, channel); err != nil {
+			return map[string]error{unsub: err}
+		}
 	}
 	return nil
 }

@@ -7,14 +7,14 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // checkCycle runs the lock cycle on key with two Clients like c (without
 // its observer): a holder, and a waiter that the holder's release hands
 // the lock to. It returns the steps and findings with the cycle's added.
 // nodes are the nodes to look at (those that answered).
-func (c *Client) checkCycle(ctx context.Context, key string, nodes []redis.UniversalClient, fs []Finding) ([]Step, []Finding) {
+func (c *Client) checkCycle(ctx context.Context, key string, nodes []driver.Driver, fs []Finding) ([]Step, []Finding) {
 	cy := &cycle{ctx: ctx, key: key, nodes: nodes, fs: fs, holder: c.sibling(), waiter: c.sibling()}
 	defer cy.holder.Close()
 	defer cy.waiter.Close()
@@ -29,7 +29,7 @@ func (c *Client) checkCycle(ctx context.Context, key string, nodes []redis.Unive
 type cycle struct {
 	ctx            context.Context
 	key            string
-	nodes          []redis.UniversalClient
+	nodes          []driver.Driver
 	steps          []Step
 	fs             []Finding
 	holder, waiter *Client  // two Clients: the waiter is handed the lock by the holder's release
@@ -185,8 +185,9 @@ func (cy *cycle) cleanup(c *Client, wl *Lock) {
 // sibling returns a new Client with c's connections and defaults but no
 // observer, for Check's cycle, which takes plain locks with random tokens.
 func (c *Client) sibling() *Client {
-	s := New(c.rdb)
-	s.opts, s.nodes = c.opts, c.nodes
+	s := refusing(nil, nil)
+	s.use(c.d, c.nodes, c.kinds)
+	s.opts, s.borrowed = c.opts, true
 	s.opts.obs, s.opts.limitSet, s.opts.shared = nil, false, false
 	s.opts.token, s.opts.tokenSet = "", false // the holder and the waiter are two
 	return s
@@ -196,11 +197,11 @@ func (c *Client) sibling() *Client {
 // unless someone else used the key meanwhile (see check_cleanup.lua):
 // values are the last fence Check was given and its locks' values;
 // tickets, its waiter's.
-func (c *Client) checkCleanup(ctx context.Context, key string, nodes []redis.UniversalClient, values []any, tickets ...string) {
+func (c *Client) checkCleanup(ctx context.Context, key string, nodes []driver.Driver, values []any, tickets ...string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	keys := append(append([]string{key}, allSideKeys(key)...), tickets...) // the counter and the queue first
 	for _, r := range nodes {
-		_ = checkCleanupScript.Run(ctx, r, keys, values...).Err() // if it fails, the ttls free the lock
+		_, _ = checkCleanupScript.Run(ctx, r, keys, values...) // if it fails, the ttls free the lock
 	}
 }

@@ -3,12 +3,12 @@ package padlock
 import (
 	"context"
 	"fmt"
-	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // cleanupTimeout bounds the round trips padlock makes on a caller's behalf
@@ -27,65 +27,100 @@ const (
 // it is needed (renewals, the pub/sub connections of waiters, observer
 // callbacks), and Close ends it.
 type Client struct {
-	rdb       redis.UniversalClient
+	d         driver.Driver // the Redis the Client talks to (a Redlock's first node), or nil if refused
+	kind      driver.Kind   // d's Kind
 	lastTTL   atomic.Pointer[boxedTTL]
 	opts      options
 	notify    notifier
 	sched     scheduler
-	nodes     []redis.UniversalClient // a Redlock's primaries (NewRedlock), or nil
-	refused   error                   // what every call returns, for a client padlock cannot run on (a Ring), or nil
-	calls     dispatcher              // runs the observer's funcs for the background work (see observe)
-	nodeCalls tracker                 // calls to Redlock nodes not waited for (see onNodes)
-	unlisted  unlistedNodes           // clients of Cluster nodes a redirect named and no slot map lists (see onWriter)
-	observers tracker                 // Observe's goroutines
-	life      context.Context         // done once Close is called: ends every Observe
-	end       context.CancelFunc      // ends life
+	nodes     []driver.Driver // a Redlock's primaries (NewDriverRedlock), or nil
+	kinds     []driver.Kind   // the Kind of each of pubsubNodes
+	refused   error           // what every call returns, for a client padlock cannot run on (nil, a Ring), or nil
+	borrowed  bool            // the drivers are another Client's (see sibling): Close leaves what they own
+	calls     dispatcher      // runs the observer's funcs for the background work (see observe)
+	nodeCalls tracker         // calls to Redlock nodes not waited for (see onNodes)
+	observers tracker         // Observe's goroutines
+	life      context.Context // done once Close is called: ends every Observe
+	end       context.CancelFunc
 }
 
-// New returns a Client that takes locks through rdb: a *redis.Client, a
-// *redis.ClusterClient or a failover client. The options set the Client's
-// defaults; options passed to a single call override them.
+// NewDriver returns a Client that takes locks through d: a Redis client
+// that an adapter module (padlockrueidis, padlockvalkey) or a package of
+// one's own wraps (see package driver). It is New for any client: the
+// options set the Client's defaults, options passed to a single call
+// override them, and the Client keeps New's promises on the kind of
+// deployment d reports.
 //
-// New does not contact Redis and starts no goroutine. A nil rdb is not a
-// panic: every call on the returned Client fails with ErrInvalid. A
-// *redis.Ring is refused the same way, with ErrUnsupported: a Ring routes
-// a script by its first key and moves keys to another shard when one fails
-// a health check, so a lock could be held on two shards at once. Use a
-// Cluster, or NewRedlock over the shards.
-func New(rdb redis.UniversalClient, opts ...Option) *Client {
-	c := &Client{opts: defaultOptions().with(opts)}
-	c.life, c.end = context.WithCancel(context.Background())
-	c.sched.c = c
-	c.notify.id = newToken()[:8]
-	c.notify.quiet = pubsubQuiet
-	if _, ok := rdb.(*redis.ClusterClient); ok {
+// NewDriver calls d.Kind once; it does not contact Redis and starts no
+// goroutine. A nil d is not a panic: every call on the returned Client
+// fails with ErrInvalid, as it does when d reports a Kind that package
+// driver does not define. The Client never closes d: close it after the
+// Client's Close.
+func NewDriver(d driver.Driver, opts ...Option) *Client {
+	if isNil(d) {
+		return refusing(errNilDriver, opts)
+	}
+	return newClient(d, nil, opts)
+}
+
+// NewDriverRedlock returns a Client whose locks live on the independent
+// primaries ds at once, each a Driver: NewRedlock's Client (see it for
+// what a Redlock does and refuses), for any client. A nil or empty ds, or
+// a nil Driver in it, makes every call fail with ErrInvalid. It calls each
+// Driver's Kind once; it does not contact Redis and starts no goroutine.
+// The Client never closes the Drivers.
+func NewDriverRedlock(ds []driver.Driver, opts ...Option) *Client {
+	if len(ds) == 0 || slices.ContainsFunc(ds, func(d driver.Driver) bool { return isNil(d) }) {
+		return refusing(errNilDriver, opts)
+	}
+	return newClient(ds[0], slices.Clone(ds), opts)
+}
+
+// Why a Client was given nothing to talk to.
+var (
+	errNilClient = fmt.Errorf("%w: nil redis client", ErrInvalid)
+	errNilDriver = fmt.Errorf("%w: nil driver", ErrInvalid)
+)
+
+// newClient returns a Client of d, or of a Redlock's nodes (d the first).
+func newClient(d driver.Driver, nodes []driver.Driver, opts []Option) *Client {
+	c := refusing(nil, opts)
+	all := nodes
+	if all == nil {
+		all = []driver.Driver{d}
+	}
+	var kinds []driver.Kind
+	for _, n := range all {
+		k := n.Kind()
+		if k != driver.Single && k != driver.Cluster && k != driver.Sentinel {
+			c.refused = fmt.Errorf("%w: the driver reports Kind %d, which package driver does not define", ErrInvalid, k)
+		}
+		kinds = append(kinds, k)
+	}
+	c.use(d, nodes, kinds)
+	return c
+}
+
+// use makes c talk to d, or to a Redlock's nodes (d the first), of kinds
+// (those of pubsubNodes).
+func (c *Client) use(d driver.Driver, nodes []driver.Driver, kinds []driver.Kind) {
+	c.d, c.nodes, c.kinds, c.kind = d, nodes, kinds, kinds[0]
+	if c.kind == driver.Cluster {
 		// On a Cluster a Client listens with plain pub/sub (see groupOn):
 		// its tickets say so to the scripts that tell it of a grant.
 		c.notify.sharded = -1
 	}
-	if !isNil(rdb) {
-		c.rdb = rdb
-	}
-	if isRing(rdb) {
-		c.refused = errRing
-	}
+}
+
+// refusing returns a Client with no driver, whose every call returns
+// refused (if not nil).
+func refusing(refused error, opts []Option) *Client {
+	c := &Client{opts: defaultOptions().with(opts), refused: refused}
+	c.life, c.end = context.WithCancel(context.Background())
+	c.sched.c = c
+	c.notify.id = newToken()[:8]
+	c.notify.quiet = pubsubQuiet
 	return c
-}
-
-// errRing is what every call on a Client over a *redis.Ring returns.
-var errRing = fmt.Errorf("%w: a *redis.Ring moves keys between shards (a shard that fails a health check hands its keys to another, and a script runs on its first key's shard), so a lock could be held twice; use a *redis.ClusterClient, or NewRedlock over the shards", ErrUnsupported)
-
-func isRing(rdb redis.UniversalClient) bool {
-	_, ok := rdb.(*redis.Ring)
-	return ok
-}
-
-func isNil(rdb redis.UniversalClient) bool {
-	if rdb == nil {
-		return true
-	}
-	v := reflect.ValueOf(rdb)
-	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // ttlArg returns ttl in milliseconds as a script argument. Boxing an
@@ -119,8 +154,8 @@ func (c *Client) defaults() options {
 // up to whole milliseconds.
 func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time.Duration, error) {
 	switch {
-	case c == nil || c.rdb == nil:
-		return 0, fmt.Errorf("%w: nil redis client", ErrInvalid)
+	case c == nil:
+		return 0, errNilClient
 	case c.refused != nil:
 		return 0, c.refused
 	case ctx == nil:
@@ -171,23 +206,36 @@ func hasHashTag(key string) bool {
 	return strings.IndexByte(key[open+1:], '}') > 0
 }
 
+// closeOwned closes what the Client's drivers made for it alone (see
+// ownedCloser), unless they are another Client's.
+func (c *Client) closeOwned() {
+	if c.borrowed {
+		return
+	}
+	for _, d := range c.pubsubNodes() {
+		if o, ok := d.(ownedCloser); ok {
+			o.closeOwned()
+		}
+	}
+}
+
 // Close ends the Client's waits and background work, and waits for its
 // goroutines to exit. Every Acquire or Do waiting on it returns ErrClosed:
 // Close wakes them, waits for each to end (an attempt in flight first gets
 // its reply), and takes their tickets out of Redis, one pipelined round
 // trip per node, passing on at once what a release granted them meanwhile.
-// So the go-redis client may be closed as soon as Close returns (see
-// ExampleClient_Close), and the next release serves another Client's
-// waiter. A waiter inside an observer's func is not waited for: Close
+// So the go-redis client (or the Driver) may be closed as soon as Close
+// returns (see ExampleClient_Close), and the next release serves another
+// Client's waiter. A waiter inside an observer's func is not waited for: Close
 // takes its ticket out, and it returns ErrClosed once back. Departures that
 // cannot reach Redis within 2s are abandoned: their tickets lapse within
 // 5s. Every KeepAlive of its locks ends with cause ErrClosed (the locks
 // stay held until released or expired), every Observe of it closes its
 // channel, and releases being retried in the background (see
 // Lock.Release) are abandoned: those locks expire by their ttl. Close
-// releases no lock and does not close the go-redis client; it closes the
-// clients it made of Cluster nodes that no slot map listed (see
-// WithReplicas). Later calls that wait or keep alive return ErrClosed;
+// releases no lock and does not close the go-redis client or the Driver;
+// it closes the clients it made of Cluster nodes that no slot map listed
+// (see WithReplicas). Later calls that wait or keep alive return ErrClosed;
 // Release still works. Close is idempotent and always returns nil.
 func (c *Client) Close() error {
 	if c == nil {
@@ -198,7 +246,7 @@ func (c *Client) Close() error {
 	c.sched.close()
 	c.calls.wait()
 	c.nodeCalls.close()
-	c.unlisted.close()
+	c.closeOwned()
 	c.end()
 	c.observers.close()
 	return nil

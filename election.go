@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/padlock-go/padlock/driver"
 )
 
 // Leader election, on a lock: the leader of a key is the holder of the
@@ -131,7 +133,7 @@ func leadWith(ctx context.Context, ld *Leadership, fn func(ctx context.Context) 
 func (c *Client) announceLeader(key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), lateCleanupTimeout)
 	defer cancel()
-	_ = c.rdb.Publish(ctx, leaderChannel(key), leaderChanged).Err()
+	_, _ = c.d.Do(ctx, "", "publish", leaderChannel(key), leaderChanged)
 }
 
 // Context returns a context that is cancelled when the leadership ends:
@@ -163,7 +165,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("%w: %q: no longer the leader (%w)", ErrNotHeld, l.lock.key, context.Cause(l.ctx))
 	}
 	lk := l.lock
-	n, err := proclaimScript.Run(ctx, lk.c.rdb, []string{lk.key}, lk.tok(), value, leaderChannel(lk.key), leaderChanged).Int64()
+	n, err := asInt64(proclaimScript.Run(ctx, lk.c.d, []string{lk.key}, lk.tok(), value, leaderChannel(lk.key), leaderChanged))
 	if err != nil {
 		return opError("proclaim", lk.key, err)
 	}
@@ -241,25 +243,14 @@ func (c *Client) Observe(ctx context.Context, key string) <-chan LeaderInfo {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(c.life, cancel) // Close ends it too
-	ps := c.rdb.Subscribe(ctx, leaderChannel(key))
 	events := make(chan struct{}, 1)
-	go func() { // every message, confirmation or error: look again
+	go func() {
 		defer c.observers.done()
-		for {
-			_, err := ps.Receive(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			signal(events)
-			if err != nil {
-				_ = sleep(ctx, observeRetry) // ends early with ctx
-			}
-		}
+		c.hearLeader(ctx, leaderChannel(key), events)
 	}()
 	go func() {
 		defer c.observers.done()
 		defer close(out)
-		defer ps.Close()
 		defer stop()
 		defer cancel()
 		var last LeaderInfo
@@ -293,6 +284,57 @@ func (c *Client) Observe(ctx context.Context, key string) <-chan LeaderInfo {
 	}()
 	return out
 }
+
+// hearLeader signals events at every message on channel, confirmation or
+// error (look again), until ctx ends. After an error that is not an error
+// reply it opens another connection, after observeRetry.
+func (c *Client) hearLeader(ctx context.Context, channel string, events chan struct{}) {
+	for ctx.Err() == nil {
+		c.hearOn(ctx, channel, events)
+		if ctx.Err() != nil {
+			return
+		}
+		signal(events)
+		_ = sleep(ctx, observeRetry) // ends early with ctx
+	}
+}
+
+// hearOn is hearLeader on one connection, until it fails or ctx ends,
+// which closes it.
+func (c *Client) hearOn(ctx context.Context, channel string, events chan struct{}) {
+	ps, err := c.d.PubSub(ctx, channel)
+	if err != nil {
+		return
+	}
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer func() {
+		if stop() {
+			_ = ps.Close()
+		}
+	}()
+	if ps.Subscribe(ctx, false, channel) != nil {
+		return
+	}
+	for {
+		_, err := ps.Receive(ctx, observeListen)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			signal(events)
+		case driver.IsTimeout(err):
+		case isRedisError(err): // the connection is still good
+			signal(events)
+			_ = sleep(ctx, observeRetry)
+		default:
+			return
+		}
+	}
+}
+
+// observeListen is how long an observer's Receive waits for a message
+// before it waits again.
+const observeListen = time.Minute
 
 // send puts s on out (a channel of one that only the caller sends on), in
 // place of a state the reader has not taken yet.

@@ -1,6 +1,12 @@
 package padlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/padlock-go/padlock/driver"
+)
 
 // ReleaseScriptSHA is the digest of the release script as padlock sends it
 // (with lua/token.lua and lua/grant.lua in it), for tests that watch for
@@ -16,3 +22,7 @@ func ACLCommands() []string { return aclCommands }
 // SetPubSubQuiet sets how long c's pub/sub connections may be silent
 // before they are checked (see pubsubQuiet). Call it before c waits.
 func SetPubSubQuiet(c *Client, d time.Duration) { c.notify.quiet = d }
+
+// GoRedisDriver is the driver.Driver that New wraps rdb in, for tests that
+// run padlock through NewDriver (the conformance suite on go-redis).
+func GoRedisDriver(rdb redis.UniversalClient) driver.Driver { return newGoRedis(rdb) }

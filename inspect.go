@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // LockInfo describes a lock as Redis holds it at one moment, for operators
@@ -36,12 +34,12 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	if _, err := c.check(ctx, key, time.Millisecond); err != nil {
 		return LockInfo{Key: key}, err
 	}
-	return inspectOn(ctx, c.rdb, key)
+	return inspectOn(ctx, c.d, key)
 }
 
 // inspectOn is Inspect on the server r.
-func inspectOn(ctx context.Context, r redis.UniversalClient, key string) (LockInfo, error) {
-	reply, err := inspectScript.Run(ctx, r, inspectKeys(key)).Slice()
+func inspectOn(ctx context.Context, r doer, key string) (LockInfo, error) {
+	reply, err := asSlice(inspectScript.Run(ctx, r, inspectKeys(key)))
 	if err != nil {
 		return LockInfo{Key: key}, opError("inspect", key, err)
 	}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // KeepAlive keeps the lock alive while the returned context is in use: the
@@ -293,18 +293,18 @@ func (heldLocks) renewAll(s *scheduler, leases []*lease) {
 	}()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	rdb := s.c.rdb
-	learnDigests(ctx, rdb, locked)
+	d := s.c.d
+	learnDigests(ctx, d, locked)
 	sent := time.Now()
-	cmds := extendAll(ctx, rdb, locked, ttls, false)
+	cmds := extendAll(ctx, d, locked, ttls, false)
 	// A flushed or restarted server: send them again as EVAL, which loads
 	// the scripts.
-	if slices.ContainsFunc(cmds, func(cmd *redis.Cmd) bool { return isNoScript(cmd.Err()) }) {
+	if len(noScripts(cmds)) > 0 {
 		sent = time.Now()
-		cmds = extendAll(ctx, rdb, locked, ttls, true)
+		cmds = extendAll(ctx, d, locked, ttls, true)
 	}
 	for i, ls := range locked {
-		n, err := cmds[i].Int64()
+		n, err := asInt64(cmds[i].Reply, cmds[i].Err)
 		if err == nil && n == 1 {
 			ls.l.extended(sent, ttls[i])
 		}
@@ -350,36 +350,22 @@ func (heldLocks) closed(ls *lease) {
 
 // learnDigests learns the digest of each extend script of leases that is
 // not known yet (once per process), so that their renewals go as EVALSHA.
-func learnDigests(ctx context.Context, rdb redis.UniversalClient, leases []*lease) {
+func learnDigests(ctx context.Context, d driver.Driver, leases []*lease) {
 	for _, ls := range leases {
 		if script, keys, _ := ls.l.extendCall(0); script.digest() == nil {
-			script.known(ctx, rdb, keys[0])
+			script.known(ctx, d, keys[0])
 		}
 	}
 }
 
-// extendAll sends one pipeline of extends, one per lease, as EVALSHA (as
+// extendAll sends one Batch of extends, one per lease, as EVALSHA (as
 // EVAL with eval, which loads the scripts), and returns their commands.
-func extendAll(ctx context.Context, rdb redis.UniversalClient, leases []*lease, ttls []time.Duration, eval bool) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(leases))
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, ls := range leases {
-			script, keys, args := ls.l.extendCall(ttls[i].Milliseconds())
-			if eval {
-				cmds[i] = p.Eval(ctx, script.src, keys, args...)
-			} else {
-				cmds[i] = script.EvalSha(ctx, p, keys, args...)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		// Commands the pipeline never ran carry no reply: give them its error.
-		for _, cmd := range cmds {
-			if cmd.Err() == nil && cmd.Val() == nil {
-				cmd.SetErr(err)
-			}
-		}
+func extendAll(ctx context.Context, d driver.Driver, leases []*lease, ttls []time.Duration, eval bool) []driver.Cmd {
+	cmds := make([]driver.Cmd, len(leases))
+	for i, ls := range leases {
+		script, keys, args := ls.l.extendCall(ttls[i].Milliseconds())
+		cmds[i] = script.batched(keys, args, eval)
 	}
+	d.Batch(ctx, cmds)
 	return cmds
 }

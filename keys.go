@@ -86,7 +86,7 @@ func (l *Lock) releaseOn(ctx context.Context, r doer, bg, undo bool) (int64, err
 	default:
 		keys = l.keys[:1]
 	}
-	n, err := releaseManyScript.Run(ctx, r, keys, args...).Int64()
+	n, err := asInt64(releaseManyScript.Run(ctx, r, keys, args...))
 	if err != nil || n < int64(want) {
 		return 0, err
 	}
@@ -97,9 +97,9 @@ func (l *Lock) releaseOn(ctx context.Context, r doer, bg, undo bool) (int64, err
 // acquire.lua (or acquire_many.lua, of the same form).
 func (l *Lock) acquireOn(ctx context.Context, r doer) (int64, error) {
 	if m := l.multi(); m != nil {
-		return acquireManyScript.Run(ctx, r, m, l.args[:]...).Int64()
+		return asInt64(acquireManyScript.Run(ctx, r, m, l.args[:]...))
 	}
-	return evalsha(ctx, r, acquireScript, l.acqCmd).Int64()
+	return asInt64(evalsha(ctx, r, acquireScript, l.acqCmd))
 }
 
 // extendCall is the script, keys and arguments that extend l for ttl.

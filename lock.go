@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // lockExtra holds the settings of a lock that most locks do not have, to
@@ -251,8 +251,8 @@ func (l *Lock) notHeld() error {
 // the first waiter, if clients wait), and an error that matches ErrNotHeld
 // if it was not ours any more (expired, deleted or taken by someone else;
 // another holder's lock is never touched), including on a second Release.
-// If the reply to a successful release is lost and go-redis sends the
-// release again, the retry finds the lock gone and Release reports
+// If the reply to a successful release is lost and the Redis client sends
+// the release again, the retry finds the lock gone and Release reports
 // ErrNotHeld: either way the lock is no longer this Lock's, and nothing
 // needs undoing.
 //
@@ -362,16 +362,16 @@ func (l *Lock) markReleased(bg bool) {
 // timeout), or answered that it cannot serve now (loading its data after a
 // restart, a cluster or failover in progress). An error reply of any other
 // kind (a refused permission, say) would fail again, as would anything sent
-// through a go-redis client that was closed.
+// through a client that was closed.
 func retryable(err error) bool {
-	if errors.Is(err, redis.ErrClosed) {
-		return false // the go-redis client was closed: no retry can land
+	if errors.Is(err, driver.ErrClosed) {
+		return false // the client was closed: no retry can land
 	}
 	if !isRedisError(err) {
 		return true
 	}
 	for _, prefix := range [...]string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY"} {
-		if redis.HasErrorPrefix(err, prefix) {
+		if driver.HasPrefix(err, prefix) {
 			return true
 		}
 	}
@@ -416,7 +416,7 @@ func (l *Lock) release(ctx context.Context, bg, undo bool) (int64, error) {
 	if l.c.nodes != nil {
 		return l.redlockRelease(ctx, undo)
 	}
-	return l.releaseOn(ctx, l.c.rdb, bg, undo)
+	return l.releaseOn(ctx, l.c.d, bg, undo)
 }
 
 // Extend sets the lock to expire ttl from now, if it is still ours, in one
@@ -479,7 +479,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	script, keys, args := l.extendCall(ttl.Milliseconds())
 	conn, err := l.onWriter(ctx, func(r doer) (err error) {
 		sent = time.Now()
-		n, err = script.Run(ctx, r, keys, args...).Int64()
+		n, err = asInt64(script.Run(ctx, r, keys, args...))
 		return err
 	})
 	if conn != nil {
@@ -523,7 +523,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		n, err = l.redlockTTL(ctx)
 	} else {
 		script, keys, args := l.pttlCall()
-		n, err = script.Run(ctx, l.c.rdb, keys, args...).Int64()
+		n, err = asInt64(script.Run(ctx, l.c.d, keys, args...))
 	}
 	switch {
 	case err != nil:

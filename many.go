@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // TryAcquireMany makes one attempt to take every key of keys for ttl,
@@ -86,7 +86,7 @@ func (c *Client) newManyLock(ctx context.Context, keys []string, ttl time.Durati
 			return nil, o, fmt.Errorf("%w: empty key", ErrInvalid)
 		}
 	}
-	if _, ok := c.rdb.(*redis.ClusterClient); ok {
+	if c.kind == driver.Cluster {
 		for _, k := range keys[1:] {
 			if slot(k) != slot(keys[0]) {
 				return nil, o, fmt.Errorf("%w: %q and %q are in different cluster slots; give the keys a common hash tag, like {%s}:a and {%s}:b",

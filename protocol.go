@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // The script protocol: what Go sends the scripts of the one way to wait
@@ -147,7 +147,7 @@ func (l *Lock) ticket() string {
 	b.WriteByte(' ')
 	b.WriteString(l.c.notify.id)
 	b.WriteByte(' ')
-	if _, cluster := l.c.rdb.(*redis.ClusterClient); cluster {
+	if l.c.kind == driver.Cluster {
 		b.WriteString(listenPlain)
 	} else {
 		b.WriteString(listenSharded)

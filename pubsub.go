@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // Notifications.
@@ -46,14 +45,15 @@ const pubsubQuiet = 5 * time.Second
 
 // A subscriber is one pub/sub connection and the goroutine reading it.
 type subscriber struct {
-	node    redis.UniversalClient
+	node    driver.Driver
 	sharded bool
-	probe   bool          // a Sentinel failover client's: checks that it listens on the primary (see heard)
+	probe   bool          // a Sentinel's: checks that it listens on the primary (see heard)
 	done    chan struct{} // closed when the goroutine has exited
 	idle    *time.Timer   // while no key uses it: closes it; under the notifier's mu
 
 	mu     sync.Mutex
-	ps     *redis.PubSub       // replaced when it is found dead (see pubsubQuiet)
+	ps     driver.PubSub       // replaced when it is found dead (see pubsubQuiet, read)
+	gen    int                 // how many times ps was replaced
 	chans  map[string]struct{} // every channel subscribed on it
 	sure   map[string]struct{} // those the server confirmed on ps (see heard)
 	closed bool
@@ -77,7 +77,7 @@ func (c *Client) subscribe(ctx context.Context, key string) bool {
 	nodes := c.pubsubNodes()
 	ok := false
 	for i, node := range nodes {
-		if c.subscribeOn(ctx, groupOn(i), node, key, q) == nil {
+		if c.subscribeOn(ctx, groupOn(i), node, c.kinds[i], key, q) == nil {
 			ok = true
 		}
 	}
@@ -91,11 +91,11 @@ func (c *Client) subscribe(ctx context.Context, key string) bool {
 
 // pubsubNodes are the servers whose releases a waiter listens to: every
 // node of a Redlock, or the one client.
-func (c *Client) pubsubNodes() []redis.UniversalClient {
+func (c *Client) pubsubNodes() []driver.Driver {
 	if c.nodes != nil {
 		return c.nodes
 	}
-	return []redis.UniversalClient{c.rdb}
+	return []driver.Driver{c.d}
 }
 
 // groupOn is the routing group of the channels on node number i: every
@@ -105,8 +105,8 @@ func (c *Client) pubsubNodes() []redis.UniversalClient {
 // heard.
 func groupOn(i int) string { return strconv.Itoa(i) + "/" }
 
-// subscribeOn subscribes key's channel on node, in group g.
-func (c *Client) subscribeOn(ctx context.Context, g string, node redis.UniversalClient, key string, q *keyQueue) error {
+// subscribeOn subscribes key's channel on node, of kind k, in group g.
+func (c *Client) subscribeOn(ctx context.Context, g string, node driver.Driver, k driver.Kind, key string, q *keyQueue) error {
 	n := &c.notify
 	n.mu.Lock()
 	s := n.subs[g]
@@ -117,7 +117,7 @@ func (c *Client) subscribeOn(ctx context.Context, g string, node redis.Universal
 	n.mu.Unlock()
 
 	if s == nil {
-		fresh, err := c.newSubscriber(ctx, node, key)
+		fresh, err := c.newSubscriber(ctx, node, k, key)
 		n.mu.Lock()
 		switch {
 		case err != nil:
@@ -154,57 +154,56 @@ func (s *subscriber) subscribe(ctx context.Context, chans ...string) error {
 	for _, ch := range chans {
 		s.chans[ch] = struct{}{}
 	}
-	ps := s.ps
+	ps, gen := s.ps, s.gen
 	s.mu.Unlock()
 	err := s.listen(ctx, ps, chans)
-	if err != nil && s.current() != ps {
+	if _, now := s.current(); err != nil && now != gen {
 		return nil // replaced meanwhile: the new connection has them (see redial)
 	}
 	return err
 }
 
 // listen subscribes chans on ps, sharded or not as s is.
-func (s *subscriber) listen(ctx context.Context, ps *redis.PubSub, chans []string) error {
-	if s.sharded {
-		return ps.SSubscribe(ctx, chans...)
-	}
-	return ps.Subscribe(ctx, chans...)
+func (s *subscriber) listen(ctx context.Context, ps driver.PubSub, chans []string) error {
+	return ps.Subscribe(ctx, s.sharded, chans...)
 }
 
 // redial replaces s's connection with a new one, subscribed to every
-// channel s has, and returns it; nil if s was closed meanwhile.
-func (s *subscriber) redial() *redis.PubSub {
-	var fresh *redis.PubSub
-	if s.sharded {
-		fresh = s.node.SSubscribe(context.Background())
-	} else {
-		fresh = s.node.Subscribe(context.Background())
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		_ = fresh.Close()
-		return nil
-	}
-	old := s.ps
-	s.ps = fresh // from now on subscribe uses it
-	s.sure = nil
-	chans := slices.Collect(maps.Keys(s.chans))
-	s.mu.Unlock()
-	_ = old.Close()
+// channel s has, and returns it and its gen; nil if s was closed
+// meanwhile. If no connection can be opened it keeps the one it has
+// (whose next Receive fails, and redials again).
+func (s *subscriber) redial() (driver.PubSub, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
 	defer cancel()
-	// On failure go-redis dials again, and subscribes them, on the next
-	// receive.
+	fresh, err := s.node.PubSub(ctx, "")
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		if err == nil {
+			_ = fresh.Close()
+		}
+		return nil, 0
+	case err != nil:
+		defer s.mu.Unlock()
+		return s.ps, s.gen
+	}
+	old := s.ps
+	s.ps, s.gen = fresh, s.gen+1 // from now on subscribe uses it
+	s.sure = nil
+	gen, chans := s.gen, slices.Collect(maps.Keys(s.chans))
+	s.mu.Unlock()
+	_ = old.Close()
+	// On failure, the next Receive fails too: read redials again.
 	_ = s.listen(ctx, fresh, chans)
-	return fresh
+	return fresh, gen
 }
 
-// current is s's connection now.
-func (s *subscriber) current() *redis.PubSub {
+// current is s's connection now, and its gen.
+func (s *subscriber) current() (driver.PubSub, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ps
+	return s.ps, s.gen
 }
 
 // close closes the connection and waits for its reader to exit.
@@ -225,7 +224,7 @@ func (s *subscriber) isClosed() bool {
 
 // newSubscriber opens a pub/sub connection subscribed to key's channel,
 // sharded if the server has it, and starts its reader.
-func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, key string) (*subscriber, error) {
+func (c *Client) newSubscriber(ctx context.Context, node driver.Driver, k driver.Kind, key string) (*subscriber, error) {
 	ctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
 	defer cancel()
 	n := &c.notify
@@ -233,15 +232,13 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 	mode := n.sharded
 	n.mu.Unlock()
 
-	var ps *redis.PubSub
+	var ps driver.PubSub
 	var first any // the first confirmation
 	var err error
 	chans := c.channels(key)
 	sharded := mode >= 0
 	if sharded {
-		ps = node.SSubscribe(ctx, chans...)
-		if first, err = ps.Receive(ctx); err != nil && isUnknownCommand(err) {
-			_ = ps.Close()
+		if ps, first, err = openPubSub(ctx, node, true, chans); err != nil && isUnknownCommand(err) {
 			sharded = false
 			n.mu.Lock()
 			n.sharded = -1
@@ -249,11 +246,9 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 		}
 	}
 	if !sharded {
-		ps = node.Subscribe(ctx, chans...)
-		first, err = ps.Receive(ctx)
+		ps, first, err = openPubSub(ctx, node, false, chans)
 	}
 	if err != nil {
-		_ = ps.Close()
 		return nil, err
 	}
 	if sharded {
@@ -261,15 +256,44 @@ func (c *Client) newSubscriber(ctx context.Context, node redis.UniversalClient, 
 		n.sharded = 1
 		n.mu.Unlock()
 	}
-	s := &subscriber{node: node, ps: ps, sharded: sharded, probe: isFailover(node), done: make(chan struct{}), chans: map[string]struct{}{}}
+	s := &subscriber{node: node, ps: ps, sharded: sharded, probe: k == driver.Sentinel, done: make(chan struct{}), chans: map[string]struct{}{}}
 	for _, ch := range chans {
 		s.chans[ch] = struct{}{}
 	}
-	if m, ok := first.(*redis.Subscription); ok {
-		s.confirmed(ps, m)
+	if m, ok := first.(*driver.Subscription); ok {
+		s.confirmed(0, m)
 	}
 	go s.read(n)
 	return s, nil
+}
+
+// openPubSub opens a pub/sub connection on node (on a Cluster, one that
+// hears every node's plain channels), subscribes chans, and returns it
+// with what it received first (the first confirmation), by ctx's
+// deadline. On failure it closes it.
+func openPubSub(ctx context.Context, node driver.Driver, sharded bool, chans []string) (driver.PubSub, any, error) {
+	ps, err := node.PubSub(ctx, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	var first any
+	if err = ps.Subscribe(ctx, sharded, chans...); err == nil {
+		first, err = ps.Receive(ctx, until(ctx))
+	}
+	if err != nil {
+		_ = ps.Close()
+		return nil, nil, err
+	}
+	return ps, first, nil
+}
+
+// until is the time left to ctx's deadline (subscribeTimeout if it has
+// none): how long a Receive may wait for what ctx waits for.
+func until(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return subscribeTimeout
 }
 
 func isUnknownCommand(err error) bool {
@@ -286,70 +310,69 @@ func isUnknownCommand(err error) bool {
 // again, every waiter looks.
 func (s *subscriber) read(n *notifier) {
 	defer close(s.done)
-	ps := s.current() // only read replaces it (see redial)
-	pinged := false   // a PING went out, and nothing came since
-	fresh := false    // the connection is new, its channels not yet confirmed
+	ps, gen := s.current() // only read replaces it (see redial)
+	pinged := false        // a PING went out, and nothing came since
+	fresh := false         // the connection is new, its channels not yet confirmed
 	wait := n.quiet
 	if s.probe {
 		wait = min(wait, failoverProbe)
 	}
 	heardAt, probedAt := time.Now(), time.Now()
 	for {
-		msg, err := ps.ReceiveTimeout(context.Background(), wait)
-		var ne net.Error
-		timeout := err != nil && errors.As(err, &ne) && ne.Timeout()
+		msg, err := ps.Receive(context.Background(), wait)
+		timeout := err != nil && driver.IsTimeout(err)
 		if err == nil {
 			heardAt = time.Now()
 		}
+		redial := false
 		switch {
 		case err == nil:
 			pinged = false
 			switch m := msg.(type) {
-			case *redis.Message:
+			case *driver.Message:
 				n.received(m.Channel, m.Payload)
-			case *redis.Subscription:
-				s.confirmed(ps, m)
+			case *driver.Subscription:
+				s.confirmed(gen, m)
 				if fresh {
 					fresh = false
 					n.wakeAll()
 				}
 			}
-		case s.isClosed() || errors.Is(err, redis.ErrClosed):
+		case s.isClosed() || errors.Is(err, driver.ErrClosed):
 			return
 		case !timeout:
-			// go-redis dials again and resubscribes on the next receive.
+			// Dead, but after an error reply (see driver.PubSub): another.
 			time.Sleep(10 * time.Millisecond)
-			pinged, fresh = false, true
+			pinged, fresh, redial = false, true, !isRedisError(err)
 		case time.Since(heardAt) < n.quiet:
 			// Woken to probe, not yet silent for long: nothing is wrong.
 		case !pinged:
 			pinged, heardAt = true, time.Now() // the PONG has n.quiet to come
-			if err := ps.Ping(context.Background()); err != nil {
-				pinged, fresh = false, true // go-redis dialled again, and resubscribed
-			}
+			redial = ps.Ping(context.Background()) != nil
 		default:
-			if ps = s.redial(); ps == nil {
+			redial = true
+		}
+		if !redial && s.probe && (err == nil || timeout) && time.Since(probedAt) >= failoverProbe {
+			probedAt = time.Now()
+			if !s.heard(n.id) {
+				redial, heardAt = true, time.Now()
+			}
+		}
+		if redial {
+			if ps, gen = s.redial(); ps == nil {
 				return
 			}
 			pinged, fresh = false, true
 		}
-		if s.probe && (err == nil || timeout) && time.Since(probedAt) >= failoverProbe {
-			probedAt = time.Now()
-			if !s.heard(n.id) {
-				if ps = s.redial(); ps == nil {
-					return
-				}
-				pinged, fresh, heardAt = false, true, time.Now()
-			}
-		}
 	}
 }
 
-// confirmed records a confirmation of a subscription on ps.
-func (s *subscriber) confirmed(ps *redis.PubSub, m *redis.Subscription) {
+// confirmed records a confirmation of a subscription on s's gen-th
+// connection.
+func (s *subscriber) confirmed(gen int, m *driver.Subscription) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ps != ps || !strings.HasSuffix(m.Kind, "subscribe") || strings.HasSuffix(m.Kind, "unsubscribe") {
+	if s.gen != gen {
 		return
 	}
 	if s.sure == nil {
@@ -389,21 +412,12 @@ func (s *subscriber) heard(id string) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
 	defer cancel()
-	var cmd *redis.IntCmd
+	cmd, key := "publish", ""
 	if s.sharded {
-		cmd = s.node.SPublish(ctx, ch, probeMsg)
-	} else {
-		cmd = s.node.Publish(ctx, ch, probeMsg)
+		cmd, key = "spublish", ch
 	}
-	n, err := cmd.Result()
+	n, err := asInt64(s.node.Do(ctx, key, cmd, ch, probeMsg))
 	return err != nil || n > 0
-}
-
-// isFailover reports whether rdb is a Sentinel failover client (go-redis
-// names its address so).
-func isFailover(rdb redis.UniversalClient) bool {
-	c, ok := rdb.(*redis.Client)
-	return ok && c.Options().Addr == "FailoverClient"
 }
 
 // unsubscribeLocked is called when a key has no waiter here any more. Its

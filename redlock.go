@@ -8,47 +8,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
-
-// NewRedlock returns a Client whose locks live on several independent Redis
-// primaries at once (the Redlock algorithm): a lock is taken when a quorum
-// of them, len(clients)/2 + 1, take it within its validity, the ttl minus
-// the time the attempt took minus a drift of 1% of the ttl + 2ms. Attempts
-// go to every node in parallel; an attempt that misses its quorum or its
-// validity is undone on every node. Release, Extend, TTL and KeepAlive act
-// on every node and succeed on a quorum; waiters are woken by a release
-// on any node.
-//
-// The Client has the API of New's. WithFencing is refused with ErrInvalid:
-// independent primaries keep independent counters, and no number handed
-// out by a quorum of them is guaranteed to be higher than one handed out
-// before (the nodes of two quorums can differ). WithReplicas is refused
-// too. Inspect reads the first node. Redlock survives the loss of a
-// minority of nodes; it does not make a lock safe against a paused holder.
-//
-// A nil client, or no clients, makes every call fail with ErrInvalid. New
-// starts no goroutine; neither does NewRedlock.
-func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Client {
-	var first redis.UniversalClient
-	if len(clients) > 0 && !slices.ContainsFunc(clients, isNil) {
-		first = clients[0]
-	}
-	c := New(first, opts...)
-	if first != nil {
-		c.nodes = slices.Clone(clients)
-	}
-	if slices.ContainsFunc(clients, isRing) {
-		c.refused = errRing
-	}
-	return c
-}
 
 // quorum is how many nodes make a majority.
 func (c *Client) quorum() int { return len(c.nodes)/2 + 1 }
 
-// A nodeCall is one call on one node of a Redlock.
-type nodeCall func(ctx context.Context, r redis.UniversalClient) (int64, error)
+// A nodeCall is one call on node i, r, of a Redlock.
+type nodeCall func(ctx context.Context, i int, r driver.Driver) (int64, error)
 
 // nodeResult is one node's answer.
 type nodeResult struct {
@@ -91,7 +58,7 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns nodeTurns
 			r := nodeResult{err: errBusy}
 			if turn, ok := turns.take(i); ok {
 				ctx, cancel := context.WithTimeout(calls, timeout)
-				r.n, r.err = f(ctx, node)
+				r.n, r.err = f(ctx, i, node)
 				cancel()
 				turns.end(i, turn) // before the answer: the caller's next call may take the turn
 			}
@@ -264,7 +231,7 @@ func (c *Client) checkRedlock(o options) error {
 // at once, a quorum within the validity, or undo.
 func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	sent := time.Now()
-	res := c.onNodes(ctx, l.ttl, l.turns(false), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+	res := c.onNodes(ctx, l.ttl, l.turns(false), func(ctx context.Context, _ int, r driver.Driver) (int64, error) {
 		return l.acquireOn(ctx, r)
 	}, c.decided(func(n int64) bool { return n >= 0 }))
 	took, pttl := 0, time.Duration(-1)
@@ -326,7 +293,7 @@ func (c *Client) redlockCount(ctx context.Context, ttl time.Duration, turns node
 // still held it.
 func (l *Lock) redlockRelease(ctx context.Context, undo bool) (int64, error) {
 	c := l.c
-	ours, notOurs, err := c.redlockCount(ctx, l.currentTTL(), l.turns(true), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
+	ours, notOurs, err := c.redlockCount(ctx, l.currentTTL(), l.turns(true), func(ctx context.Context, _ int, r driver.Driver) (int64, error) {
 		return l.releaseOn(ctx, r, false, undo)
 	})
 	switch {
@@ -350,8 +317,8 @@ func (l *Lock) redlockExtend(ctx context.Context, ttl time.Duration) (bool, erro
 	c := l.c
 	sent := time.Now()
 	script, keys, args := l.extendCall(ttl.Milliseconds())
-	res := c.onNodes(ctx, ttl, l.turns(false), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		return script.Run(ctx, r, keys, args...).Int64()
+	res := c.onNodes(ctx, ttl, l.turns(false), func(ctx context.Context, _ int, r driver.Driver) (int64, error) {
+		return asInt64(script.Run(ctx, r, keys, args...))
 	}, c.decided(func(n int64) bool { return n == 1 }))
 	ours, notOurs := 0, 0
 	var errs []error
@@ -409,15 +376,16 @@ func (l *Lock) reestablish(i int, r nodeResult, deadline time.Time) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(left/10, 10*time.Millisecond))
 	defer cancel()
-	_ = l.c.nodes[i].SetNX(ctx, l.key, l.value, left).Err() // best effort: the next renewal tries again
+	// Best effort: the next renewal tries again.
+	_, _ = l.c.nodes[i].Do(ctx, l.key, "set", l.key, l.value, "px", left.Milliseconds(), "nx")
 }
 
 // redlockTTL is the ttl a quorum still guarantees: the quorum-th longest
 // among the nodes that hold the lock; -3 if fewer than a quorum do.
 func (l *Lock) redlockTTL(ctx context.Context) (int64, error) {
 	script, keys, args := l.pttlCall()
-	return l.c.quorumPTTL(ctx, l.currentTTL(), func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		return script.Run(ctx, r, keys, args...).Int64()
+	return l.c.quorumPTTL(ctx, l.currentTTL(), func(ctx context.Context, _ int, r driver.Driver) (int64, error) {
+		return asInt64(script.Run(ctx, r, keys, args...))
 	})
 }
 

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // Resume returns the Lock that token holds on key now, read from Redis in
@@ -57,7 +57,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 		keys = append(keys, sideKey(key, "queue"))
 	}
 	sent := time.Now()
-	reply, err := resumeScript.Run(ctx, c.rdb, keys, token).Slice()
+	reply, err := asSlice(resumeScript.Run(ctx, c.d, keys, token))
 	if err != nil {
 		return nil, opError("resume", key, err)
 	}
@@ -128,7 +128,7 @@ func (c *Client) Break(ctx context.Context, key string) (LockInfo, error) {
 		return c.redlockBreak(ctx, key)
 	}
 	sent := time.Now()
-	reply, err := breakScript.Run(ctx, c.rdb, inspectKeys(key), c.notify.id).Slice()
+	reply, err := asSlice(breakScript.Run(ctx, c.d, inspectKeys(key), c.notify.id))
 	if err != nil {
 		return LockInfo{Key: key}, opError("break", key, err)
 	}
@@ -153,8 +153,8 @@ func (c *Client) redlockResume(ctx context.Context, key, token string, opts []Op
 	var mu sync.Mutex
 	value := ""      // what a node that holds it holds
 	var mins []int64 // what is left of its minimum on each node that holds it
-	ms, err := c.quorumPTTL(ctx, resumeNodeTTL, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		reply, err := resumeScript.Run(ctx, r, keys, token).Slice()
+	ms, err := c.quorumPTTL(ctx, resumeNodeTTL, func(ctx context.Context, _ int, r driver.Driver) (int64, error) {
+		reply, err := asSlice(resumeScript.Run(ctx, r, keys, token))
 		if err != nil || len(reply) != 6 {
 			return -3, err
 		}
@@ -200,15 +200,15 @@ const resumeNodeTTL = 5 * time.Second
 func (c *Client) redlockBreak(ctx context.Context, key string) (LockInfo, error) {
 	var mu sync.Mutex
 	infos := make([]LockInfo, len(c.nodes))
-	res := c.onNodes(ctx, resumeNodeTTL, nodeTurns{}, func(ctx context.Context, r redis.UniversalClient) (int64, error) {
-		reply, err := breakScript.Run(ctx, r, inspectKeys(key), c.notify.id).Slice()
+	res := c.onNodes(ctx, resumeNodeTTL, nodeTurns{}, func(ctx context.Context, i int, r driver.Driver) (int64, error) {
+		reply, err := asSlice(breakScript.Run(ctx, r, inspectKeys(key), c.notify.id))
 		if err != nil {
 			return 0, err
 		}
 		before, _ := reply[0].([]any)
 		info, err := readInspect(key, before)
 		mu.Lock()
-		infos[slices.Index(c.nodes, r)] = info
+		infos[i] = info
 		mu.Unlock()
 		return 1, err
 	}, nil)

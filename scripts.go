@@ -4,10 +4,11 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // The Lua scripts, one file each. They run as EVALSHA once their digest
@@ -50,21 +51,17 @@ type luaScript struct {
 // digest returns s's digest, boxed, or nil if it is not known yet.
 func (s *luaScript) digest() any { return s.sha.Load() }
 
-// Load loads s into the server r sends to, and learns its digest. On a
-// Cluster it loads s into key's master alone (go-redis's ScriptLoad asks
-// every node, and fails if one does not answer): the others answer
-// NOSCRIPT once, and get EVAL.
-func (s *luaScript) Load(ctx context.Context, r redis.Scripter, key string) error {
-	if cc, ok := r.(*redis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			return err
-		}
-		r = node
-	}
-	sha, err := r.ScriptLoad(ctx, s.src).Result()
+// Load loads s into the server that r sends key's commands to, and learns
+// its digest: SCRIPT LOAD, to key's master alone on a Cluster (the others
+// answer NOSCRIPT once, and get EVAL).
+func (s *luaScript) Load(ctx context.Context, r doer, key string) error {
+	v, err := r.Do(ctx, key, "script", "load", s.src)
 	if err != nil {
 		return err
+	}
+	sha, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("padlock: SCRIPT LOAD replied %v", v)
 	}
 	s.sha.CompareAndSwap(nil, any(sha))
 	return nil
@@ -72,7 +69,7 @@ func (s *luaScript) Load(ctx context.Context, r redis.Scripter, key string) erro
 
 // known returns s's digest, learning it with SCRIPT LOAD on r (for key) if
 // it is not known yet, or nil if the load failed (the caller sends EVAL).
-func (s *luaScript) known(ctx context.Context, r redis.Scripter, key string) any {
+func (s *luaScript) known(ctx context.Context, r doer, key string) any {
 	if sha := s.digest(); sha != nil {
 		return sha
 	}
@@ -83,30 +80,40 @@ func (s *luaScript) known(ctx context.Context, r redis.Scripter, key string) any
 }
 
 // Run runs s on r with keys and args: EVALSHA, or EVAL when the digest is
-// not known or the server answers NOSCRIPT.
-func (s *luaScript) Run(ctx context.Context, r redis.Scripter, keys []string, args ...any) *redis.Cmd {
+// not known or the server answers NOSCRIPT. It returns the script's reply.
+func (s *luaScript) Run(ctx context.Context, r doer, keys []string, args ...any) (any, error) {
 	key := ""
 	if len(keys) > 0 {
 		key = keys[0]
 	}
-	sha, _ := s.known(ctx, r, key).(string)
-	if sha == "" {
-		return r.Eval(ctx, s.src, keys, args...)
+	eval := s.known(ctx, r, key) == nil
+	reply, err := r.Do(ctx, key, s.command(keys, args, eval)...)
+	if !eval && isNoScript(err) {
+		return r.Do(ctx, key, s.command(keys, args, true)...)
 	}
-	cmd := r.EvalSha(ctx, sha, keys, args...)
-	if isNoScript(cmd.Err()) {
-		return r.Eval(ctx, s.src, keys, args...)
-	}
-	return cmd
+	return reply, err
 }
 
-// EvalSha queues s on the pipeline p: as EVALSHA if its digest is known,
-// else as EVAL (the caller learns it before: see known).
-func (s *luaScript) EvalSha(ctx context.Context, p redis.Pipeliner, keys []string, args ...any) *redis.Cmd {
-	if sha, ok := s.digest().(string); ok {
-		return p.EvalSha(ctx, sha, keys, args...)
+// command is s as a command: ["evalsha", digest, numkeys, keys...,
+// args...], or "eval" and s's source in place of the first two with eval
+// or if its digest is not known (the caller learns it before: see known).
+func (s *luaScript) command(keys []string, args []any, eval bool) []any {
+	cmd := make([]any, 0, 3+len(keys)+len(args))
+	if sha := s.digest(); sha != nil && !eval {
+		cmd = append(cmd, "evalsha", sha)
+	} else {
+		cmd = append(cmd, "eval", s.src)
 	}
-	return p.Eval(ctx, s.src, keys, args...)
+	cmd = append(cmd, numKeysArg(len(keys)))
+	for _, k := range keys {
+		cmd = append(cmd, k)
+	}
+	return append(cmd, args...)
+}
+
+// batched is s as a command of a Batch, on keys with args (see command).
+func (s *luaScript) batched(keys []string, args []any, eval bool) driver.Cmd {
+	return driver.Cmd{Key: keys[0], Args: s.command(keys, args, eval)}
 }
 
 // script is lua/<name>.lua, after lua/token.lua, which every script
@@ -145,11 +152,18 @@ func source(name string) string {
 // evalsha).
 var numKeys = [...]any{"0", "1", "2", "3", "4", "5"}
 
-// doer is what padlock sends commands and scripts through: a client, or
-// one connection (see Lock.writer).
+// numKeysArg is n as a command argument.
+func numKeysArg(n int) any {
+	if n < len(numKeys) {
+		return numKeys[n]
+	}
+	return strconv.Itoa(n)
+}
+
+// doer is what padlock sends commands and scripts through: a Driver, or
+// one pinned connection (see Lock.onWriter).
 type doer interface {
-	redis.Scripter
-	Do(ctx context.Context, args ...any) *redis.Cmd
+	Do(ctx context.Context, key string, args ...any) (any, error)
 }
 
 // evalsha runs s as a command built as ["evalsha", digest, numkeys,
@@ -157,29 +171,81 @@ type doer interface {
 // than on every call; digest may be nil, if it was not known when the
 // caller built them. On NOSCRIPT (a new or flushed server) it sends the
 // same as EVAL with the script's source, which also loads it.
-func evalsha(ctx context.Context, rdb doer, s *luaScript, args []any) *redis.Cmd {
+func evalsha(ctx context.Context, r doer, s *luaScript, args []any) (any, error) {
+	key, _ := args[3].(string) // every caller has a key
 	if args[1] == nil {
-		key, _ := args[3].(string) // every caller has a key
-		sha := s.known(ctx, rdb, key)
+		sha := s.known(ctx, r, key)
 		args = append([]any{"evalsha", sha}, args[2:]...)
 		if sha == nil {
 			args[0], args[1] = "eval", s.src
-			return rdb.Do(ctx, args...)
+			return r.Do(ctx, key, args...)
 		}
 	}
-	cmd := rdb.Do(ctx, args...)
-	if isNoScript(cmd.Err()) {
+	reply, err := r.Do(ctx, key, args...)
+	if isNoScript(err) {
 		eval := make([]any, len(args))
 		copy(eval, args)
 		eval[0], eval[1] = "eval", s.src
-		cmd = rdb.Do(ctx, eval...)
+		reply, err = r.Do(ctx, key, eval...)
 	}
-	return cmd
+	return reply, err
 }
 
 // isNoScript reports whether err is Redis's NOSCRIPT: the server does not
-// have the script. (It asks only of an error: go-redis's HasErrorPrefix
-// allocates, even for nil.)
+// have the script. (It asks only of an error: finding an error reply in
+// an error allocates.)
 func isNoScript(err error) bool {
-	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+	return err != nil && driver.HasPrefix(err, "NOSCRIPT")
+}
+
+// Replies, as package driver gives them.
+
+// asInt64 is an integer reply (or one in a string), or err.
+func asInt64(reply any, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	switch v := reply.(type) {
+	case int64:
+		return v, nil
+	case string:
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, fmt.Errorf("padlock: unexpected reply %v, not an integer", reply)
+}
+
+// asSlice is an array reply, or err.
+func asSlice(reply any, err error) ([]any, error) {
+	if err != nil {
+		return nil, err
+	}
+	if v, ok := reply.([]any); ok {
+		return v, nil
+	}
+	return nil, fmt.Errorf("padlock: unexpected reply %v, not an array", reply)
+}
+
+// noScripts returns the indices of cmds, a Batch's, that the server
+// answered NOSCRIPT.
+func noScripts(cmds []driver.Cmd) []int {
+	var idx []int
+	for i := range cmds {
+		if isNoScript(cmds[i].Err) {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// batchSome sends cmds[i], for each i of idx, in one Batch on d, and puts
+// their replies back in cmds.
+func batchSome(ctx context.Context, d driver.Driver, cmds []driver.Cmd, idx []int) {
+	some := make([]driver.Cmd, len(idx))
+	for j, i := range idx {
+		some[j] = driver.Cmd{Key: cmds[i].Key, Args: cmds[i].Args}
+	}
+	d.Batch(ctx, some)
+	for j, i := range idx {
+		cmds[i] = some[j]
+	}
 }

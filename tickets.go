@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // Redis is the truth: a renewal of the tickets also looks whether the
@@ -23,11 +23,10 @@ import (
 // A keyLook is one look at the keys of one slot and kind of value, and
 // the waiters of each.
 type keyLook struct {
-	sets   bool // semaphores' sorted sets: EXISTS, else MGET
-	keys   []string
-	wakes  [][]*waiter
-	values *redis.SliceCmd
-	exists *redis.IntCmd
+	sets  bool // semaphores' sorted sets: EXISTS, else MGET
+	keys  []string
+	wakes [][]*waiter
+	cmd   *driver.Cmd // its command, in the Batch that sent it
 }
 
 type keyLooks []*keyLook
@@ -35,7 +34,7 @@ type keyLooks []*keyLook
 // keyLooksOf groups the keys that waiters ws wait for: by slot on a
 // Cluster, and by kind of value.
 func keyLooksOf(c *Client, ws []*waiter) keyLooks {
-	_, cluster := c.rdb.(*redis.ClusterClient)
+	cluster := c.kind == driver.Cluster
 	type group struct {
 		slot uint16
 		sets bool
@@ -74,26 +73,39 @@ func keyLooksOf(c *Client, ws []*waiter) keyLooks {
 	return looks
 }
 
-// send queues each group's look on p.
-func (ks keyLooks) send(ctx context.Context, p redis.Pipeliner) {
-	for _, kl := range ks {
+// cmds are the commands of each group's look, for a Batch (whose command
+// becomes the group's cmd).
+func (ks keyLooks) cmds() []driver.Cmd {
+	cmds := make([]driver.Cmd, len(ks))
+	for i, kl := range ks {
+		name := "mget"
 		if kl.sets {
-			kl.exists = p.Exists(ctx, kl.keys...)
-		} else {
-			kl.values = p.MGet(ctx, kl.keys...)
+			name = "exists"
 		}
+		cmds[i] = driver.Cmd{Key: kl.keys[0], Args: keyArgs(name, kl.keys...)}
 	}
+	return cmds
+}
+
+// keyArgs is the command name on keys.
+func keyArgs(name string, keys ...string) []any {
+	args := make([]any, 0, 1+len(keys))
+	args = append(args, name)
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	return args
 }
 
 // look returns, for each key looked at, its waiters and whether it is
 // there; a look that failed tells nothing (the next renewal looks again).
 // A count that came short is asked again key by key.
-func (ks keyLooks) look(ctx context.Context, rdb redis.UniversalClient) map[string]bool {
+func (ks keyLooks) look(ctx context.Context, d driver.Driver) map[string]bool {
 	there := map[string]bool{}
 	var short []*keyLook
 	for _, kl := range ks {
 		if kl.sets {
-			if n, err := kl.exists.Result(); err == nil && n < int64(len(kl.keys)) {
+			if n, err := asInt64(kl.cmd.Reply, kl.cmd.Err); err == nil && n < int64(len(kl.keys)) {
 				short = append(short, kl)
 			} else if err == nil {
 				for _, k := range kl.keys {
@@ -102,7 +114,7 @@ func (ks keyLooks) look(ctx context.Context, rdb redis.UniversalClient) map[stri
 			}
 			continue
 		}
-		if vs, err := kl.values.Result(); err == nil && len(vs) == len(kl.keys) {
+		if vs, err := asSlice(kl.cmd.Reply, kl.cmd.Err); err == nil && len(vs) == len(kl.keys) {
 			for i, v := range vs {
 				there[kl.keys[i]] = v != nil
 			}
@@ -111,18 +123,16 @@ func (ks keyLooks) look(ctx context.Context, rdb redis.UniversalClient) map[stri
 	if len(short) == 0 {
 		return there
 	}
-	cmds := map[string]*redis.IntCmd{}
-	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, kl := range short {
-			for _, k := range kl.keys {
-				cmds[k] = p.Exists(ctx, k)
-			}
+	var cmds []driver.Cmd
+	for _, kl := range short {
+		for _, k := range kl.keys {
+			cmds = append(cmds, driver.Cmd{Key: k, Args: keyArgs("exists", k)})
 		}
-		return nil
-	})
-	for k, cmd := range cmds {
-		if n, err := cmd.Result(); err == nil {
-			there[k] = n == 1
+	}
+	d.Batch(ctx, cmds)
+	for _, cmd := range cmds {
+		if n, err := asInt64(cmd.Reply, cmd.Err); err == nil {
+			there[cmd.Key] = n == 1
 		}
 	}
 	return there
@@ -234,9 +244,9 @@ func (t tickets) renewAll(s *scheduler, leases []*lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), leases[0].ttl/2)
 	defer cancel()
 	type renewal struct {
-		ls  *lease
-		w   *waiter
-		cmd *redis.BoolCmd
+		ls *lease
+		w  *waiter
+		at int // its command's index in the Batch
 	}
 	rs := make([]renewal, 0, len(leases))
 	n.mu.Lock()
@@ -253,26 +263,29 @@ func (t tickets) renewAll(s *scheduler, leases []*lease) {
 	n.mu.Unlock()
 	sent := time.Now()
 	looks := keyLooksOf(c, ws)
-	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		looks.send(ctx, p)
-		queues := map[string]bool{}
-		for i := range rs {
-			keys := rs[i].ls.l.queueKeys()
-			rs[i].cmd = p.PExpire(ctx, rs[i].ls.l.ticketKey(toks[i]), rs[i].ls.ttl)
-			for j := 1; j < len(keys); j += 2 {
-				if !queues[keys[j]] {
-					queues[keys[j]] = true
-					p.PExpire(ctx, keys[j], queueLife)
-				}
+	cmds := make([]driver.Cmd, 0, len(looks)+2*len(rs))
+	cmds = append(cmds, looks.cmds()...)
+	queues := map[string]bool{}
+	for i := range rs {
+		keys := rs[i].ls.l.queueKeys()
+		rs[i].at = len(cmds)
+		cmds = append(cmds, pexpire(rs[i].ls.l.ticketKey(toks[i]), rs[i].ls.ttl))
+		for j := 1; j < len(keys); j += 2 {
+			if !queues[keys[j]] {
+				queues[keys[j]] = true
+				cmds = append(cmds, pexpire(keys[j], queueLife))
 			}
 		}
-		return nil
-	})
-	looks.wakeFreed(c, looks.look(ctx, c.rdb))
+	}
+	c.d.Batch(ctx, cmds)
+	for i, kl := range looks {
+		kl.cmd = &cmds[i]
+	}
+	looks.wakeFreed(c, looks.look(ctx, c.d))
 	for _, r := range rs {
-		ok, err := r.cmd.Result()
+		n, err := asInt64(cmds[r.at].Reply, cmds[r.at].Err)
 		switch {
-		case err == nil && ok:
+		case err == nil && n == 1:
 			c.queued(r.w, sent, r.ls)
 			s.renewedAt(r.ls, sent, r.ls.ttl)
 		case err == nil:
@@ -281,6 +294,11 @@ func (t tickets) renewAll(s *scheduler, leases []*lease) {
 			s.failed(r.ls, err)
 		}
 	}
+}
+
+// pexpire is a PEXPIRE of key to ttl, for a Batch.
+func pexpire(key string, ttl time.Duration) driver.Cmd {
+	return driver.Cmd{Key: key, Args: []any{"pexpire", key, ttl.Milliseconds()}}
 }
 
 // lapsed handles a ticket that is no longer in Redis (granted, or

@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/padlock-go/padlock/driver"
 )
 
 // The one way to wait.
@@ -370,10 +369,10 @@ func (c *Client) runWait(ctx context.Context, l *Lock, w *waiter, life time.Dura
 	}
 	sent := time.Now()
 	var reply []any
-	d, err := l.attemptWith(ctx, func(r doer) *redis.Cmd {
-		cmd := waitScript.Run(ctx, r, l.queueKeys(), ticket, life.Milliseconds(), mode, chosen)
-		reply, _ = cmd.Slice()
-		return cmd
+	d, err := l.attemptWith(ctx, func(r doer) (any, error) {
+		v, err := waitScript.Run(ctx, r, l.queueKeys(), ticket, life.Milliseconds(), mode, chosen)
+		reply, _ = v.([]any)
+		return v, err
 	})
 	var code int64 = -1
 	if len(reply) > 0 {
@@ -428,7 +427,7 @@ func (l *Lock) leave(ctx context.Context, ticket string, keep bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCleanupTimeout)
 	defer cancel()
 	sent := time.Now()
-	reply, err := leaveScript.Run(ctx, l.c.rdb, l.queueKeys(), leaveArgs(ticket, keep)...).Slice()
+	reply, err := asSlice(leaveScript.Run(ctx, l.c.d, l.queueKeys(), leaveArgs(ticket, keep)...))
 	if err == nil {
 		l.c.deliver(readNews(reply, 1), sent, false)
 	}
@@ -460,26 +459,19 @@ func (c *Client) depart(ds []departure) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	sent := time.Now()
-	cmds := make([]*redis.Cmd, len(ds))
-	for _, eval := range []bool{false, true} {
-		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, d := range ds {
-				keys, args := d.l.queueKeys(), leaveArgs(d.ticket, d.keep)
-				switch {
-				case !eval:
-					cmds[i] = leaveScript.EvalSha(ctx, p, keys, args...)
-				case isNoScript(cmds[i].Err()):
-					cmds[i] = p.Eval(ctx, leaveScript.src, keys, args...)
-				}
-			}
-			return nil
-		})
-		if !slices.ContainsFunc(cmds, func(cmd *redis.Cmd) bool { return isNoScript(cmd.Err()) }) {
-			break
+	cmds := make([]driver.Cmd, len(ds))
+	for i, d := range ds {
+		cmds[i] = leaveScript.batched(d.l.queueKeys(), leaveArgs(d.ticket, d.keep), false)
+	}
+	c.d.Batch(ctx, cmds)
+	if again := noScripts(cmds); len(again) > 0 {
+		for _, i := range again {
+			cmds[i] = leaveScript.batched(ds[i].l.queueKeys(), leaveArgs(ds[i].ticket, ds[i].keep), true)
 		}
+		batchSome(ctx, c.d, cmds, again)
 	}
 	for _, cmd := range cmds {
-		if reply, err := cmd.Slice(); err == nil {
+		if reply, err := asSlice(cmd.Reply, cmd.Err); err == nil {
 			c.deliver(readNews(reply, 1), sent, false)
 		}
 	}
@@ -505,13 +497,13 @@ func (l *Lock) releaseQueued(ctx context.Context, r doer, bg, undo bool) (int64,
 	}
 	if l.counted() != nil {
 		args := append([]any{l.value, l.kind(), c.notify.id, life, flags}, regs...)
-		res, err = countReleaseScript.Run(ctx, r, l.queueKeys(), args...).Result()
+		res, err = countReleaseScript.Run(ctx, r, l.queueKeys(), args...)
 	} else {
 		if l.fenced() {
 			flags += releaseFenced
 		}
 		args := append([]any{l.value, c.notify.id, life, flags}, regs...)
-		res, err = releaseScript.Run(ctx, r, l.queueKeys(), args...).Result()
+		res, err = releaseScript.Run(ctx, r, l.queueKeys(), args...)
 	}
 	if err != nil {
 		c.carriedBack(carried, time.Time{})

@@ -78,7 +78,8 @@ type Driver interface {
 	// Cluster, the connection's Do follows MOVED and ASK itself (to any
 	// node the answer names, also one no slot map lists yet: a master just
 	// added, while the first slot migrates to it), and Do after it goes to
-	// the node it last followed to. The caller closes it.
+	// the node it last followed to. WAIT blocks for up to its timeout:
+	// the connection waits that long for its reply. The caller closes it.
 	Pin(ctx context.Context, key string) (Conn, error)
 
 	// Nodes returns a Driver of each primary (a Cluster's masters, or the
@@ -122,10 +123,11 @@ type PubSub interface {
 	// Receive waits up to timeout for what the connection delivers next: a
 	// *Message, a *Subscription (a confirmation of Subscribe), or a
 	// *Pong. When nothing comes in time it returns an error for which
-	// IsTimeout reports true, and the connection is as good as before.
-	// After any other error padlock takes the connection for dead: it
-	// closes it and opens another (Driver.PubSub), subscribed to the same
-	// channels, and takes what it may have missed as lost.
+	// IsTimeout reports true, and the connection is as good as before;
+	// so it is after an error reply (a ServerError: a subscription the
+	// server refused). After any other error padlock takes the connection
+	// for dead: it closes it and opens another (Driver.PubSub), subscribed
+	// to the same channels, and takes what it may have missed as lost.
 	Receive(ctx context.Context, timeout time.Duration) (any, error)
 
 	// Ping sends PING on the connection; the answer comes as a *Pong.
@@ -148,6 +150,30 @@ type Subscription struct {
 
 // A Pong is the answer to PubSub.Ping.
 type Pong struct{}
+
+// Optional interfaces: a Driver, or a PubSub, may implement these too.
+// padlock checks for them where it needs them, once, as database/sql does
+// for driver.Pinger, and does without them.
+
+// A Protocoler is a Driver that reports the RESP version its connections
+// speak, 2 or 3. padlock.Check probes HELLO with it, so that the probe
+// leaves the connection's protocol as it was; without it, Check takes 3.
+type Protocoler interface {
+	Protocol() int
+}
+
+// An Unsubscriber is a PubSub that can unsubscribe. padlock unsubscribes
+// nothing while it waits (it closes a connection no waiter needs);
+// padlock.Check unsubscribes what it subscribed, to probe that the Redis
+// user may run UNSUBSCRIBE and SUNSUBSCRIBE. Without it, Check does not
+// probe them.
+type Unsubscriber interface {
+	// Unsubscribe unsubscribes channels, with SUNSUBSCRIBE if sharded,
+	// and returns once the server confirmed it (nil), answered an error
+	// reply, or ctx ended. It is called while no Receive is in progress,
+	// and reads what comes before the confirmation.
+	Unsubscribe(ctx context.Context, sharded bool, channels ...string) error
+}
 
 // A ServerError is an error reply from the server, such as
 // "NOSCRIPT No matching script. Please use EVAL." Adapters return error
