@@ -95,6 +95,9 @@ func (g *gate) pass(ctx context.Context, d *rueidisDriver) error {
 	case errors.Is(err, errReplica):
 		g.shared.refuse(errToReplica)
 		return errToReplica
+	case errors.Is(err, errInvalid): // a Sentinel
+		g.shared.refuse(err)
+		return err
 	case err != nil:
 		return fmt.Errorf("padlockrueidis: where the client sends commands: %w", err)
 	}
