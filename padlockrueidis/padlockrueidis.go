@@ -34,8 +34,11 @@
 //     pub/sub connection are rueidis's, not padlock's messages. With
 //     padlock's least ACL rule (see padlock's README), which does not
 //     allow CLIENT TRACKING, set DisableCache.
-//   - DisableAutoPipelining, AlwaysPipelining, PipelineMultiplex,
-//     MaxFlushDelay, AlwaysRESP2 and the timeouts are harmless too.
+//   - DisableAutoPipelining, AlwaysPipelining, PipelineMultiplex and
+//     MaxFlushDelay are harmless too, and so is AlwaysRESP2, with one
+//     difference: rueidis then keeps a connection's subscriptions on a
+//     second connection of its own, which its keep-alive watches, while
+//     padlock's health PING goes to the first.
 //
 // rueidis answers ErrClosing after Client.Close, and also for a connection
 // it closed itself (a node a Cluster's topology no longer lists); an error
