@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/valkey-io/valkey-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
 
 	"github.com/padlock-go/padlock/driver"
 	"github.com/padlock-go/padlock/internal/redistest"

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/valkey-io/valkey-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
 	"go.uber.org/goleak"
 
 	"github.com/padlock-go/padlock"

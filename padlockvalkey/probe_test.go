@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/valkey-io/valkey-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
 
 	"github.com/padlock-go/padlock"
 	"github.com/padlock-go/padlock/driver"

@@ -6,6 +6,7 @@ package gen
 import (
 	"bytes"
 	"flag"
+	"go/format"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,7 +57,10 @@ func TestGenerated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []byte(strings.Replace(generated, "%s", name, 1) + renames.Replace(string(b)))
+		want, err := format.Source([]byte(strings.Replace(generated, "%s", name, 1) + renames.Replace(string(b))))
+		if err != nil {
+			t.Fatalf("%s renamed: %v", name, err)
+		}
 		twin := filepath.Join("../..", renames.Replace(name))
 		got, err := os.ReadFile(twin)
 		if *update {
