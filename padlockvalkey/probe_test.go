@@ -95,7 +95,7 @@ func TestRefusesAReplicaOnlyCluster(t *testing.T) {
 	replica := redistest.StartClusterReplica(t, nodes[0]) // the master of slot 0
 	for _, n := range nodes {
 		eventually(t, func() bool {
-			return strings.Contains(fmt.Sprint(n.Client().ClusterSlots(context.Background()).Val()), replica.Addr())
+			return strings.Contains(fmt.Sprint(n.Client().Do(context.Background(), "CLUSTER", "SLOTS").Val()), replica.Addr())
 		})
 	}
 	d, _ := newDriver(t, valkey.ClientOption{ReplicaOnly: true}, addrsOf(nodes)...)
