@@ -41,6 +41,26 @@ func newClient(t *testing.T, opt rueidis.ClientOption, addrs ...string) rueidis.
 	return c
 }
 
+// startReplica starts a replica of primary, which sends it its data at
+// once (not after the 5s a diskless sync waits by default for others).
+func startReplica(t *testing.T, primary *redistest.Server) *redistest.Server {
+	t.Helper()
+	syncAtOnce(t, primary)
+	return redistest.StartReplica(t, primary)
+}
+
+// startClusterReplica is startReplica for a Cluster's master.
+func startClusterReplica(t *testing.T, primary *redistest.Server) *redistest.Server {
+	t.Helper()
+	syncAtOnce(t, primary)
+	return redistest.StartClusterReplica(t, primary)
+}
+
+func syncAtOnce(t *testing.T, primary *redistest.Server) {
+	t.Helper()
+	require.NoError(t, primary.Client().ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err())
+}
+
 // newDriver returns the Driver of a rueidis client of addrs.
 func newDriver(t *testing.T, opt rueidis.ClientOption, addrs ...string) (driver.Driver, rueidis.Client) {
 	t.Helper()
@@ -107,6 +127,11 @@ func TestDriverErrors(t *testing.T) {
 	_, err = d.Do(expired, "errors:a", "GET", "errors:a")
 	assert.True(t, driver.IsTimeout(err), "%v", err)
 
+	// A fresh client: a wire of c that the expired context kept from
+	// dialling answers that dial's error even after Close.
+	d, c = newDriver(t, rueidis.ClientOption{}, s.Addr())
+	_, err = d.Do(ctx, "errors:a", "GET", "errors:a")
+	require.ErrorIs(t, err, driver.ErrNil)
 	c.Close()
 	_, err = d.Do(ctx, "errors:a", "GET", "errors:a")
 	assert.ErrorIs(t, err, driver.ErrClosed)

@@ -2,7 +2,6 @@ package padlockrueidis_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -59,7 +58,7 @@ func assertAccepted(t *testing.T, d driver.Driver, replicas int64) {
 
 func TestRefusesCommandsToReplicas(t *testing.T) {
 	primary := redistest.Start(t)
-	replica := redistest.StartReplica(t, primary)
+	replica := startReplica(t, primary)
 	always := func(rueidis.Completed) bool { return true }
 	reads := func(cmd rueidis.Completed) bool { return cmd.IsReadOnly() }
 	standalone := func(to func(rueidis.Completed) bool) rueidis.ClientOption {
@@ -90,10 +89,10 @@ func TestRefusesCommandsToReplicas(t *testing.T) {
 
 func TestRefusesAReplicaOnlyCluster(t *testing.T) {
 	nodes := startCluster(t)
-	replica := redistest.StartClusterReplica(t, nodes[0]) // the master of slot 0
+	replica := startClusterReplica(t, nodes[0]) // the master of slot 0
 	for _, n := range nodes {
 		eventually(t, func() bool {
-			return strings.Contains(fmt.Sprint(n.Client().Do(context.Background(), "CLUSTER", "SLOTS").Val()), replica.Addr())
+			return slotsList(t, n, replica)
 		})
 	}
 	d, _ := newDriver(t, rueidis.ClientOption{ReplicaOnly: true}, addrsOf(nodes)...)
@@ -102,7 +101,7 @@ func TestRefusesAReplicaOnlyCluster(t *testing.T) {
 
 func TestRefusesAReplicaOnlySentinelClient(t *testing.T) {
 	primary := redistest.Start(t)
-	redistest.StartReplica(t, primary)
+	startReplica(t, primary)
 	sentinel := redistest.StartSentinel(t, primary, "refused")
 	opt := rueidis.ClientOption{ReplicaOnly: true, Sentinel: rueidis.SentinelOption{MasterSet: "refused"}}
 	var c rueidis.Client
@@ -125,7 +124,7 @@ func TestRefusesAReplicaOnlySentinelClient(t *testing.T) {
 // With the README's least ACL rule the probe reads HELLO's role.
 func TestProbeWithTheLeastACL(t *testing.T) {
 	primary := redistest.Start(t)
-	replica := redistest.StartReplica(t, primary)
+	replica := startReplica(t, primary)
 	rule := leastACL(t)
 	ctx := context.Background()
 	for _, s := range []*redistest.Server{primary, replica} {

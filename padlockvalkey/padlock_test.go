@@ -132,7 +132,7 @@ func TestKeepAlive(t *testing.T) {
 // nothing.
 func TestNewRefuses(t *testing.T) {
 	primary := redistest.Start(t)
-	replica := redistest.StartReplica(t, primary)
+	replica := startReplica(t, primary)
 	ctx := context.Background()
 	tests := []struct {
 		name string
@@ -171,7 +171,7 @@ func TestNewRefuses(t *testing.T) {
 
 func TestWithReplicas(t *testing.T) {
 	primary := redistest.Start(t)
-	redistest.StartReplica(t, primary)
+	startReplica(t, primary)
 	ctx := context.Background()
 	locks := newLocks(t, valkey.ClientOption{}, []string{primary.Addr()}, padlock.WithReplicas(1, 5*time.Second))
 	l, err := locks.TryAcquire(ctx, "replicas", 10*time.Second)

@@ -4,7 +4,6 @@ package padlockvalkey_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -61,7 +60,7 @@ func assertAccepted(t *testing.T, d driver.Driver, replicas int64) {
 
 func TestRefusesCommandsToReplicas(t *testing.T) {
 	primary := redistest.Start(t)
-	replica := redistest.StartReplica(t, primary)
+	replica := startReplica(t, primary)
 	always := func(valkey.Completed) bool { return true }
 	reads := func(cmd valkey.Completed) bool { return cmd.IsReadOnly() }
 	standalone := func(to func(valkey.Completed) bool) valkey.ClientOption {
@@ -92,10 +91,10 @@ func TestRefusesCommandsToReplicas(t *testing.T) {
 
 func TestRefusesAReplicaOnlyCluster(t *testing.T) {
 	nodes := startCluster(t)
-	replica := redistest.StartClusterReplica(t, nodes[0]) // the master of slot 0
+	replica := startClusterReplica(t, nodes[0]) // the master of slot 0
 	for _, n := range nodes {
 		eventually(t, func() bool {
-			return strings.Contains(fmt.Sprint(n.Client().Do(context.Background(), "CLUSTER", "SLOTS").Val()), replica.Addr())
+			return slotsList(t, n, replica)
 		})
 	}
 	d, _ := newDriver(t, valkey.ClientOption{ReplicaOnly: true}, addrsOf(nodes)...)
@@ -104,7 +103,7 @@ func TestRefusesAReplicaOnlyCluster(t *testing.T) {
 
 func TestRefusesAReplicaOnlySentinelClient(t *testing.T) {
 	primary := redistest.Start(t)
-	redistest.StartReplica(t, primary)
+	startReplica(t, primary)
 	sentinel := redistest.StartSentinel(t, primary, "refused")
 	opt := valkey.ClientOption{ReplicaOnly: true, Sentinel: valkey.SentinelOption{MasterSet: "refused"}}
 	var c valkey.Client
@@ -127,7 +126,7 @@ func TestRefusesAReplicaOnlySentinelClient(t *testing.T) {
 // With the README's least ACL rule the probe reads HELLO's role.
 func TestProbeWithTheLeastACL(t *testing.T) {
 	primary := redistest.Start(t)
-	replica := redistest.StartReplica(t, primary)
+	replica := startReplica(t, primary)
 	rule := leastACL(t)
 	ctx := context.Background()
 	for _, s := range []*redistest.Server{primary, replica} {
