@@ -94,6 +94,11 @@ func Servers(t T) []string {
 	return bins
 }
 
+// withOpts returns opts followed by more, in a slice of its own.
+func withOpts(opts []Option, more ...Option) []Option {
+	return append(append([]Option(nil), opts...), more...)
+}
+
 // WithArgs passes extra redis-server arguments, such as
 // "--cluster-enabled", "yes".
 func WithArgs(args ...string) Option {
@@ -453,7 +458,9 @@ func StartCluster(t T) *Server {
 // StartSentinel starts a Redis Sentinel that monitors primary under the
 // name master, with a quorum of 1, for go-redis's failover clients. It
 // takes a primary for down after a second of silence, as a test wants.
-func StartSentinel(t T, primary *Server, master string) *Server {
+// opts configure the Sentinel's server (WithBinary: the same binary as
+// the primary's, in Sentinel mode).
+func StartSentinel(t T, primary *Server, master string, opts ...Option) *Server {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "sentinel.conf")
 	line := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\n", master, primary.Port()) +
@@ -461,16 +468,17 @@ func StartSentinel(t T, primary *Server, master string) *Server {
 	if err := os.WriteFile(conf, []byte(line), 0o600); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
-	return Start(t, func(c *config) {
+	return Start(t, withOpts(opts, func(c *config) {
 		c.conf = conf
 		c.args = append(c.args, "--sentinel")
-	})
+	})...)
 }
 
-// StartReplica starts a replica of primary and waits until it is in sync.
-func StartReplica(t T, primary *Server) *Server {
+// StartReplica starts a replica of primary, configured by opts (as
+// WithBinary), and waits until it is in sync.
+func StartReplica(t T, primary *Server, opts ...Option) *Server {
 	t.Helper()
-	s := Start(t, WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))
+	s := Start(t, withOpts(opts, WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))...)
 	rdb := s.Client()
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -485,16 +493,16 @@ func StartReplica(t T, primary *Server) *Server {
 	}
 }
 
-// StartClusterN starts a Redis Cluster of n masters (no replicas), created
-// with redis-cli --cluster create, and waits until every node reports the
-// cluster ok.
-func StartClusterN(t T, n int) []*Server {
+// StartClusterN starts a Redis Cluster of n masters (no replicas), each
+// configured by opts (as WithBinary), created with redis-cli --cluster
+// create, and waits until every node reports the cluster ok.
+func StartClusterN(t T, n int, opts ...Option) []*Server {
 	t.Helper()
 	nodes := make([]*Server, n)
 	args := []string{"--cluster", "create"}
 	for i := range nodes {
-		nodes[i] = Start(t, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000"))
+		nodes[i] = Start(t, withOpts(opts, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000"))...)
 		args = append(args, nodes[i].Addr())
 	}
 	args = append(args, "--cluster-yes")
@@ -555,12 +563,13 @@ func StartClusterMaster(t T, nodes ...*Server) *Server {
 	return s
 }
 
-// StartClusterReplica starts a cluster node that joins the cluster of
-// primary as its replica, and waits until it is in sync.
-func StartClusterReplica(t T, primary *Server) *Server {
+// StartClusterReplica starts a cluster node, configured by opts (as
+// WithBinary), that joins the cluster of primary as its replica, and waits
+// until it is in sync.
+func StartClusterReplica(t T, primary *Server, opts ...Option) *Server {
 	t.Helper()
-	s := Start(t, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "2000"))
+	s := Start(t, withOpts(opts, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "2000"))...)
 	ctx := context.Background()
 	prdb, rdb := primary.Client(), s.Client()
 	id, err := prdb.Do(ctx, "CLUSTER", "MYID").Text()
