@@ -97,6 +97,7 @@ func migrate(t *testing.T, nodes []*redistest.Server, to *redistest.Server, key 
 }
 
 func TestClusterDoAndBatch(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	nodes := startCluster(t)
 	d, _ := newDriver(t, rueidis.ClientOption{}, addrsOf(nodes)...)
 	ctx := context.Background()
@@ -123,35 +124,42 @@ func TestClusterDoAndBatch(t *testing.T) {
 	assert.Equal(t, "master", hello.(map[string]any)["role"])
 }
 
-func TestClusterNodesAreTheMasters(t *testing.T) {
+// On a Cluster with a replica of the master of slot 0, Nodes lists the
+// masters alone, and a ReplicaOnly client is refused.
+func TestClusterWithAReplica(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	nodes := startCluster(t)
-	replica := startClusterReplica(t, nodes[0])
+	replica := startClusterReplica(t, nodes[0]) // the master of slot 0
 	for _, n := range nodes {
-		eventually(t, func() bool {
-			return slotsList(t, n, replica)
-		})
+		eventually(t, func() bool { return slotsList(t, n, replica) })
 	}
-	d, c := newDriver(t, rueidis.ClientOption{}, addrsOf(nodes)...)
-	ctx := context.Background()
-	require.Contains(t, c.Nodes(), replica.Addr(), "rueidis knows the replica")
-
-	got, err := d.Nodes(ctx)
-	require.NoError(t, err)
-	var addrs []string
-	for _, n := range got {
-		addrs = append(addrs, n.Addr)
-		assert.Equal(t, driver.Single, n.Driver.Kind())
-		hello, err := n.Driver.Do(ctx, "", "HELLO")
+	t.Run("Nodes are the masters", func(t *testing.T) {
+		d, c := newDriver(t, rueidis.ClientOption{}, addrsOf(nodes)...)
+		ctx := context.Background()
+		require.Contains(t, c.Nodes(), replica.Addr(), "rueidis knows the replica")
+		got, err := d.Nodes(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, "master", hello.(map[string]any)["role"])
-	}
-	want := addrsOf(nodes)
-	sort.Strings(want)
-	sort.Strings(addrs)
-	assert.Equal(t, want, addrs)
+		var addrs []string
+		for _, n := range got {
+			addrs = append(addrs, n.Addr)
+			assert.Equal(t, driver.Single, n.Driver.Kind())
+			hello, err := n.Driver.Do(ctx, "", "HELLO")
+			require.NoError(t, err)
+			assert.Equal(t, "master", hello.(map[string]any)["role"])
+		}
+		want := addrsOf(nodes)
+		sort.Strings(want)
+		sort.Strings(addrs)
+		assert.Equal(t, want, addrs)
+	})
+	t.Run("ReplicaOnly is refused", func(t *testing.T) {
+		d, _ := newDriver(t, rueidis.ClientOption{ReplicaOnly: true}, addrsOf(nodes)...)
+		assertRefused(t, d)
+	})
 }
 
 func TestClusterPinFollowsMoved(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	nodes := startCluster(t)
 	d, _ := newDriver(t, rueidis.ClientOption{}, addrsOf(nodes)...)
 	ctx := context.Background()
@@ -176,6 +184,7 @@ func TestClusterPinFollowsMoved(t *testing.T) {
 // A master just added, which owns no slot and which no slot map lists, is
 // where an ASK leads while the first slot migrates to it.
 func TestClusterPinFollowsAskToANewMaster(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	nodes := startCluster(t)
 	d, c := newDriver(t, rueidis.ClientOption{}, addrsOf(nodes)...)
 	ctx := context.Background()
@@ -217,6 +226,7 @@ func assertPinnedTo(t *testing.T, conn driver.Conn, n *redistest.Server) {
 }
 
 func TestClusterPubSub(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	nodes := startCluster(t)
 	d, _ := newDriver(t, rueidis.ClientOption{}, addrsOf(nodes)...)
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 // SHA-1), padlock on rueidis runs: a lock cycle and a waiting hand-off, on
 // one server and on a Cluster, in this test binary run again in that mode.
 func TestFIPSOnlyMode(t *testing.T) {
+	t.Parallel() // waits for the other process
 	if strings.Contains(os.Getenv("GODEBUG"), "fips140=only") {
 		t.Skip("already in FIPS 140-only mode")
 	}

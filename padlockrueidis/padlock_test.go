@@ -37,6 +37,7 @@ func deployments(t *testing.T, f func(t *testing.T, addrs []string)) {
 }
 
 func TestLockCycle(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	deployments(t, func(t *testing.T, addrs []string) {
 		ctx := context.Background()
 		a := newLocks(t, rueidis.ClientOption{}, addrs, padlock.WithFencing())
@@ -70,6 +71,7 @@ func TestLockCycle(t *testing.T) {
 // A waiter of another Client is handed the lock by its release, by a
 // message on its pub/sub connection.
 func TestHandOff(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	deployments(t, func(t *testing.T, addrs []string) {
 		ctx := context.Background()
 		var handOffs atomic.Int32
@@ -110,6 +112,7 @@ func queued(t *testing.T, c *padlock.Client, key string) int {
 }
 
 func TestKeepAlive(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	deployments(t, func(t *testing.T, addrs []string) {
 		ctx := context.Background()
 		a := newLocks(t, rueidis.ClientOption{}, addrs)

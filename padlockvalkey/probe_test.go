@@ -89,19 +89,8 @@ func TestRefusesCommandsToReplicas(t *testing.T) {
 	}
 }
 
-func TestRefusesAReplicaOnlyCluster(t *testing.T) {
-	nodes := startCluster(t)
-	replica := startClusterReplica(t, nodes[0]) // the master of slot 0
-	for _, n := range nodes {
-		eventually(t, func() bool {
-			return slotsList(t, n, replica)
-		})
-	}
-	d, _ := newDriver(t, valkey.ClientOption{ReplicaOnly: true}, addrsOf(nodes)...)
-	assertRefused(t, d)
-}
-
 func TestRefusesAReplicaOnlySentinelClient(t *testing.T) {
+	t.Parallel() // mostly waits, on servers of its own
 	primary := redistest.Start(t)
 	startReplica(t, primary)
 	sentinel := redistest.StartSentinel(t, primary, "refused")
