@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/padlock-go/padlock/driver"
 	"github.com/redis/rueidis"
@@ -14,9 +15,10 @@ import (
 
 // rueidisDriver is a driver.Driver on a rueidis.Client.
 type rueidisDriver struct {
-	c    rueidis.Client
-	kind driver.Kind
-	gate *gate // whether the client sends padlock's commands to a primary (see probe.go)
+	c     rueidis.Client
+	kind  driver.Kind
+	gate  *gate         // whether the client sends padlock's commands to a primary (see probe.go)
+	proto *atomic.Int32 // the RESP version of the client's connections, once HELLO told (shared with Nodes' Drivers)
 }
 
 // Driver returns a driver.Driver that sends padlock's commands through c,
@@ -45,7 +47,7 @@ func newDriver(c rueidis.Client) (*rueidisDriver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rueidisDriver{c: c, kind: kind, gate: &gate{shared: &verdict{}}}, nil
+	return &rueidisDriver{c: c, kind: kind, gate: &gate{shared: &verdict{}}, proto: new(atomic.Int32)}, nil
 }
 
 func kindOf(m rueidis.ClientMode) (driver.Kind, error) {
@@ -62,6 +64,17 @@ func kindOf(m rueidis.ClientMode) (driver.Kind, error) {
 
 // Kind reports the kind of deployment, from the client's Mode.
 func (d *rueidisDriver) Kind() driver.Kind { return d.kind }
+
+// Protocol reports the RESP version of the client's connections, as the
+// reply to the HELLO of New's probe showed it (a map in RESP3): 2 with
+// ClientOption.AlwaysRESP2, else 3. It makes the Driver a
+// driver.Protocoler, for padlock.Check's HELLO.
+func (d *rueidisDriver) Protocol() int {
+	if v := d.proto.Load(); v != 0 {
+		return int(v)
+	}
+	return 3 // no HELLO answered (Redis 6.0 wants a version): rueidis's default
+}
 
 // Do sends args to the node that owns key and returns its reply as a
 // plain value.
@@ -228,7 +241,7 @@ func (d *rueidisDriver) Nodes(ctx context.Context) ([]driver.Node, error) {
 	nodes := make([]driver.Node, 0, len(all))
 	if len(all) == 1 && d.kind != driver.Cluster {
 		for addr, c := range all {
-			nodes = append(nodes, driver.Node{Addr: addr, Driver: nodeDriver(c)})
+			nodes = append(nodes, driver.Node{Addr: addr, Driver: d.nodeDriver(c)})
 		}
 		return nodes, nil
 	}
@@ -237,7 +250,7 @@ func (d *rueidisDriver) Nodes(ctx context.Context) ([]driver.Node, error) {
 	var wg sync.WaitGroup
 	for addr, c := range all {
 		wg.Go(func() {
-			err := primary(ctx, c)
+			err := d.primary(ctx, c)
 			mu.Lock()
 			roles[addr] = err
 			mu.Unlock()
@@ -247,7 +260,7 @@ func (d *rueidisDriver) Nodes(ctx context.Context) ([]driver.Node, error) {
 	for addr, err := range roles {
 		switch {
 		case err == nil:
-			nodes = append(nodes, driver.Node{Addr: addr, Driver: nodeDriver(all[addr])})
+			nodes = append(nodes, driver.Node{Addr: addr, Driver: d.nodeDriver(all[addr])})
 		case !errors.Is(err, errReplica):
 			return nil, fmt.Errorf("padlockrueidis: ROLE of %s: %w", addr, err)
 		}
@@ -255,9 +268,10 @@ func (d *rueidisDriver) Nodes(ctx context.Context) ([]driver.Node, error) {
 	return nodes, nil
 }
 
-// nodeDriver is a Driver of one node of a client: a primary, so no probe.
-func nodeDriver(c rueidis.Client) *rueidisDriver {
+// nodeDriver is a Driver of c, one node of d's client: a primary, so no
+// probe.
+func (d *rueidisDriver) nodeDriver(c rueidis.Client) *rueidisDriver {
 	g := &gate{shared: &verdict{}}
 	g.decided.Store(true)
-	return &rueidisDriver{c: c, kind: driver.Single, gate: g}
+	return &rueidisDriver{c: c, kind: driver.Single, gate: g, proto: d.proto}
 }

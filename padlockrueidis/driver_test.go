@@ -102,7 +102,7 @@ func TestDriverReplies(t *testing.T) {
 
 func TestDriverErrors(t *testing.T) {
 	s := redistest.Start(t)
-	d, c := newDriver(t, rueidis.ClientOption{}, s.Addr())
+	d, _ := newDriver(t, rueidis.ClientOption{}, s.Addr())
 	ctx := context.Background()
 
 	v, err := d.Do(ctx, "errors:missing", "GET", "errors:missing")
@@ -129,7 +129,7 @@ func TestDriverErrors(t *testing.T) {
 
 	// A fresh client: a wire of c that the expired context kept from
 	// dialling answers that dial's error even after Close.
-	d, c = newDriver(t, rueidis.ClientOption{}, s.Addr())
+	d, c := newDriver(t, rueidis.ClientOption{}, s.Addr())
 	_, err = d.Do(ctx, "errors:a", "GET", "errors:a")
 	require.ErrorIs(t, err, driver.ErrNil)
 	c.Close()
@@ -180,4 +180,24 @@ func TestDriverBatch(t *testing.T) {
 func TestDriverRefusesANilClient(t *testing.T) {
 	_, err := padlockrueidis.Driver(nil)
 	assert.ErrorIs(t, err, padlock.ErrInvalid)
+}
+
+// Protocol is the RESP version the probe's HELLO answered in, for the
+// Driver and its Nodes' alike.
+func TestDriverProtocol(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := context.Background()
+	for _, tt := range []struct {
+		opt  rueidis.ClientOption
+		want int
+	}{{rueidis.ClientOption{}, 3}, {rueidis.ClientOption{AlwaysRESP2: true, DisableCache: true}, 2}} {
+		d, _ := newDriver(t, tt.opt, s.Addr())
+		_, err := d.Do(ctx, "", "PING")
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, d.(driver.Protocoler).Protocol())
+		nodes, err := d.Nodes(ctx)
+		require.NoError(t, err)
+		require.Len(t, nodes, 1)
+		assert.Equal(t, tt.want, nodes[0].Driver.(driver.Protocoler).Protocol())
+	}
 }

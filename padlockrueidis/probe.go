@@ -107,9 +107,8 @@ func (g *gate) pass(ctx context.Context, d *rueidisDriver) error {
 
 // primary reports whether c is a primary: nil if it is, errReplica if it
 // is a replica, or the error that kept it from knowing.
-func primary(ctx context.Context, c rueidis.Client) error {
-	d := nodeDriver(c)
-	return role(ctx, d, func(args ...string) rueidis.Completed { return c.B().Arbitrary(args...).Build() })
+func (d *rueidisDriver) primary(ctx context.Context, c rueidis.Client) error {
+	return role(ctx, d.nodeDriver(c), func(args ...string) rueidis.Completed { return c.B().Arbitrary(args...).Build() })
 }
 
 // role asks, with commands made by cmd, whether the node d sends them to
@@ -118,6 +117,11 @@ func primary(ctx context.Context, c rueidis.Client) error {
 func role(ctx context.Context, d *rueidisDriver, cmd func(args ...string) rueidis.Completed) error {
 	hello, err := d.reply(d.c.Do(ctx, cmd("HELLO")))
 	if r, ok := helloRole(hello); err == nil && ok {
+		if _, isMap := hello.(map[string]any); isMap {
+			d.proto.Store(3)
+		} else {
+			d.proto.Store(2)
+		}
 		return isReplica(r)
 	}
 	if _, reply := driver.Error(err); err != nil && !reply {

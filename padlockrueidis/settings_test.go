@@ -43,6 +43,11 @@ func TestHarmlessSettings(t *testing.T) {
 			defer b.Close()
 			key := "settings:" + string(rune('a'+i))
 			handOff(t, a, b, w, key, c)
+			// Check probes every command (HELLO in the connection's own
+			// protocol): the client goes on working after it.
+			_, err := a.Check(context.Background(), key+":doctor")
+			require.NoError(t, err)
+			handOff(t, a, b, w, key, c)
 		})
 	}
 }
@@ -70,6 +75,7 @@ func (w *watched) observer() *padlock.Observer {
 func handOff(t *testing.T, a, b *padlock.Client, w *watched, key string, cache rueidis.Client) {
 	t.Helper()
 	ctx := context.Background()
+	before := w.handOffs.Load()
 	held, err := a.TryAcquire(ctx, key, time.Minute)
 	require.NoError(t, err)
 	var cached string
@@ -92,7 +98,7 @@ func handOff(t *testing.T, a, b *padlock.Client, w *watched, key string, cache r
 	l := <-got
 	require.NotNil(t, l)
 	assert.Greater(t, l.Fence(), held.Fence())
-	assert.Equal(t, int32(1), w.handOffs.Load(), "handed off by a message")
+	assert.Equal(t, before+1, w.handOffs.Load(), "handed off by a message")
 	info, err := a.Inspect(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, l.Token(), info.Token)
@@ -102,6 +108,7 @@ func handOff(t *testing.T, a, b *padlock.Client, w *watched, key string, cache r
 		assert.Contains(t, now, l.Token(), "the cache was told of the hand-off")
 	}
 	require.NoError(t, l.Release(ctx))
-	_, err = a.TryAcquire(ctx, key, time.Minute)
-	assert.NoError(t, err, "free again")
+	again, err := a.TryAcquire(ctx, key, time.Minute)
+	require.NoError(t, err, "free again")
+	require.NoError(t, again.Release(ctx))
 }

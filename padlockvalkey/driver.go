@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/padlock-go/padlock/driver"
 	"github.com/valkey-io/valkey-go"
@@ -16,9 +17,10 @@ import (
 
 // valkeyDriver is a driver.Driver on a valkey.Client.
 type valkeyDriver struct {
-	c    valkey.Client
-	kind driver.Kind
-	gate *gate // whether the client sends padlock's commands to a primary (see probe.go)
+	c     valkey.Client
+	kind  driver.Kind
+	gate  *gate         // whether the client sends padlock's commands to a primary (see probe.go)
+	proto *atomic.Int32 // the RESP version of the client's connections, once HELLO told (shared with Nodes' Drivers)
 }
 
 // Driver returns a driver.Driver that sends padlock's commands through c,
@@ -47,7 +49,7 @@ func newDriver(c valkey.Client) (*valkeyDriver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &valkeyDriver{c: c, kind: kind, gate: &gate{shared: &verdict{}}}, nil
+	return &valkeyDriver{c: c, kind: kind, gate: &gate{shared: &verdict{}}, proto: new(atomic.Int32)}, nil
 }
 
 func kindOf(m valkey.ClientMode) (driver.Kind, error) {
@@ -64,6 +66,17 @@ func kindOf(m valkey.ClientMode) (driver.Kind, error) {
 
 // Kind reports the kind of deployment, from the client's Mode.
 func (d *valkeyDriver) Kind() driver.Kind { return d.kind }
+
+// Protocol reports the RESP version of the client's connections, as the
+// reply to the HELLO of New's probe showed it (a map in RESP3): 2 with
+// ClientOption.AlwaysRESP2, else 3. It makes the Driver a
+// driver.Protocoler, for padlock.Check's HELLO.
+func (d *valkeyDriver) Protocol() int {
+	if v := d.proto.Load(); v != 0 {
+		return int(v)
+	}
+	return 3 // no HELLO answered (Redis 6.0 wants a version): valkey-go's default
+}
 
 // Do sends args to the node that owns key and returns its reply as a
 // plain value.
@@ -230,7 +243,7 @@ func (d *valkeyDriver) Nodes(ctx context.Context) ([]driver.Node, error) {
 	nodes := make([]driver.Node, 0, len(all))
 	if len(all) == 1 && d.kind != driver.Cluster {
 		for addr, c := range all {
-			nodes = append(nodes, driver.Node{Addr: addr, Driver: nodeDriver(c)})
+			nodes = append(nodes, driver.Node{Addr: addr, Driver: d.nodeDriver(c)})
 		}
 		return nodes, nil
 	}
@@ -239,7 +252,7 @@ func (d *valkeyDriver) Nodes(ctx context.Context) ([]driver.Node, error) {
 	var wg sync.WaitGroup
 	for addr, c := range all {
 		wg.Go(func() {
-			err := primary(ctx, c)
+			err := d.primary(ctx, c)
 			mu.Lock()
 			roles[addr] = err
 			mu.Unlock()
@@ -249,7 +262,7 @@ func (d *valkeyDriver) Nodes(ctx context.Context) ([]driver.Node, error) {
 	for addr, err := range roles {
 		switch {
 		case err == nil:
-			nodes = append(nodes, driver.Node{Addr: addr, Driver: nodeDriver(all[addr])})
+			nodes = append(nodes, driver.Node{Addr: addr, Driver: d.nodeDriver(all[addr])})
 		case !errors.Is(err, errReplica):
 			return nil, fmt.Errorf("padlockvalkey: ROLE of %s: %w", addr, err)
 		}
@@ -257,9 +270,10 @@ func (d *valkeyDriver) Nodes(ctx context.Context) ([]driver.Node, error) {
 	return nodes, nil
 }
 
-// nodeDriver is a Driver of one node of a client: a primary, so no probe.
-func nodeDriver(c valkey.Client) *valkeyDriver {
+// nodeDriver is a Driver of c, one node of d's client: a primary, so no
+// probe.
+func (d *valkeyDriver) nodeDriver(c valkey.Client) *valkeyDriver {
 	g := &gate{shared: &verdict{}}
 	g.decided.Store(true)
-	return &valkeyDriver{c: c, kind: driver.Single, gate: g}
+	return &valkeyDriver{c: c, kind: driver.Single, gate: g, proto: d.proto}
 }

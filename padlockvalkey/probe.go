@@ -109,9 +109,8 @@ func (g *gate) pass(ctx context.Context, d *valkeyDriver) error {
 
 // primary reports whether c is a primary: nil if it is, errReplica if it
 // is a replica, or the error that kept it from knowing.
-func primary(ctx context.Context, c valkey.Client) error {
-	d := nodeDriver(c)
-	return role(ctx, d, func(args ...string) valkey.Completed { return c.B().Arbitrary(args...).Build() })
+func (d *valkeyDriver) primary(ctx context.Context, c valkey.Client) error {
+	return role(ctx, d.nodeDriver(c), func(args ...string) valkey.Completed { return c.B().Arbitrary(args...).Build() })
 }
 
 // role asks, with commands made by cmd, whether the node d sends them to
@@ -120,6 +119,11 @@ func primary(ctx context.Context, c valkey.Client) error {
 func role(ctx context.Context, d *valkeyDriver, cmd func(args ...string) valkey.Completed) error {
 	hello, err := d.reply(d.c.Do(ctx, cmd("HELLO")))
 	if r, ok := helloRole(hello); err == nil && ok {
+		if _, isMap := hello.(map[string]any); isMap {
+			d.proto.Store(3)
+		} else {
+			d.proto.Store(2)
+		}
 		return isReplica(r)
 	}
 	if _, reply := driver.Error(err); err != nil && !reply {

@@ -126,6 +126,30 @@ func (p *pubsub) Subscribe(ctx context.Context, sharded bool, channels ...string
 	return nil
 }
 
+// Unsubscribe sends UNSUBSCRIBE, or one SUNSUBSCRIBE per channel, in one
+// round trip, and returns once valkey-go has the confirmations (what came
+// before them stays queued for Receive), or the first error reply. It
+// makes pubsub a driver.Unsubscriber, for padlock.Check's probe.
+func (p *pubsub) Unsubscribe(ctx context.Context, sharded bool, channels ...string) error {
+	if len(channels) == 0 {
+		return nil
+	}
+	var cmds []valkey.Completed
+	if sharded {
+		for _, ch := range channels {
+			cmds = append(cmds, p.slotted(p.dc.B().Sunsubscribe().Channel(ch).Build()))
+		}
+	} else {
+		cmds = append(cmds, p.slotted(p.dc.B().Unsubscribe().Channel(channels...).Build()))
+	}
+	for _, r := range p.dc.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return p.d.classify(err)
+		}
+	}
+	return nil
+}
+
 // Receive returns what came first: a queued message, confirmation or
 // PONG, the connection's end, ctx's end, or errNothing after timeout.
 func (p *pubsub) Receive(ctx context.Context, timeout time.Duration) (any, error) {

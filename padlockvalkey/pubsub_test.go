@@ -156,3 +156,28 @@ func serverOf(prefix string) string {
 	}
 	return ""
 }
+
+func TestPubSubUnsubscribe(t *testing.T) {
+	s := redistest.Start(t)
+	d, _ := newDriver(t, valkey.ClientOption{}, s.Addr())
+	ctx := context.Background()
+	for _, sharded := range []bool{false, true} {
+		ps, err := d.PubSub(ctx, "unsub")
+		require.NoError(t, err)
+		u, ok := ps.(driver.Unsubscriber)
+		require.True(t, ok, "a driver.Unsubscriber")
+		a, b := "unsub:{unsub}:a", "unsub:{unsub}:b"
+		require.NoError(t, ps.Subscribe(ctx, sharded, a, b))
+		receive(t, ps)
+		receive(t, ps)
+		require.NoError(t, u.Unsubscribe(ctx, sharded, a, b))
+		n, err := d.Do(ctx, a, map[bool]string{false: "PUBLISH", true: "SPUBLISH"}[sharded], a, "unheard")
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), n)
+		_, err = ps.Receive(ctx, 100*time.Millisecond)
+		assert.True(t, driver.IsTimeout(err), "nothing, not the unsubscribe's confirmations: %v", err)
+		require.NoError(t, ps.Ping(ctx))
+		assert.Equal(t, &driver.Pong{}, receive(t, ps), "the connection goes on")
+		require.NoError(t, ps.Close())
+	}
+}
