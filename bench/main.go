@@ -8,8 +8,8 @@
 //	cd bench && go run . [-duration 3s] [-rounds 3] [-scenario all] [-impl name]
 //
 // Scenarios: uncontended (8 goroutines, distinct keys), contended (16
-// goroutines, one key, 2ms hold), procs (4 processes x 4 goroutines, one
-// key, 2ms hold) and leases (10,000 padlock locks kept alive). In each
+// goroutines, one key, 2ms hold) and procs (4 processes x 4 goroutines,
+// one key, 2ms hold). In each
 // scenario the implementations take turns, in rounds, so that a noisy
 // neighbour hurts them alike. Peers that cannot be woken on release poll
 // every 10ms while they wait (rueidislock is woken by client-side
