@@ -25,18 +25,27 @@ type locker interface {
 	String() string
 }
 
+// An impl is one implementation: new makes a locker on a new client of
+// addr, which the locker's close closes, and returns the client's counter.
 type impl struct {
 	name string
-	new  func(rdb *redis.Client) locker
+	new  func(addr string) (locker, *counter)
 }
 
 func impls() []impl {
-	all := []impl{
-		{"padlock", func(rdb *redis.Client) locker { return padlockLocker{padlock.New(rdb)} }},
-		{"redislock", func(rdb *redis.Client) locker { return redislockLocker{redislock.New(rdb)} }},
-		{"redsync", func(rdb *redis.Client) locker { return redsyncLocker{redsync.New(goredis.NewPool(rdb))} }},
-		{"go-redis-floor", func(rdb *redis.Client) locker { return floorLocker{rdb} }},
+	var all []impl
+	for _, d := range allPadlockDrivers() {
+		all = append(all, impl{d.name, func(addr string) (locker, *counter) {
+			c, cnt, closeAll := d.open(addr)
+			return padlockLocker{d.name, c, closeAll}, cnt
+		}})
 	}
+	all = append(all,
+		impl{"rueidislock", newRueidislock},
+		impl{"redislock", onGoRedis(func(rdb *redis.Client) locker { return redislockLocker{redislock.New(rdb)} })},
+		impl{"redsync", onGoRedis(func(rdb *redis.Client) locker { return redsyncLocker{redsync.New(goredis.NewPool(rdb))} })},
+		impl{"go-redis-floor", onGoRedis(func(rdb *redis.Client) locker { return floorLocker{rdb} })},
+	)
 	if *only == "" || *child {
 		return all
 	}
@@ -48,13 +57,38 @@ func impls() []impl {
 	return nil
 }
 
+// onGoRedis is the new of an impl on a go-redis client, which the locker's
+// close then closes.
+func onGoRedis(f func(rdb *redis.Client) locker) func(addr string) (locker, *counter) {
+	return func(addr string) (locker, *counter) {
+		rdb, cnt := countedClient(addr)
+		return closing{f(rdb), func() { _ = rdb.Close() }}, cnt
+	}
+}
+
+// closing is a locker whose close also runs after.
+type closing struct {
+	locker
+	after func()
+}
+
+func (c closing) close() {
+	c.locker.close()
+	c.after()
+}
+
 var errBusy = errors.New("bench: lock busy")
 
-// padlock: Acquire waits with release notifications.
-type padlockLocker struct{ c *padlock.Client }
+// padlock, on go-redis, rueidis or valkey-go: Acquire waits with release
+// notifications.
+type padlockLocker struct {
+	name     string
+	c        *padlock.Client
+	closeAll func() // closes c and its Redis client
+}
 
-func (p padlockLocker) String() string { return "padlock" }
-func (p padlockLocker) close()         { _ = p.c.Close() }
+func (p padlockLocker) String() string { return p.name }
+func (p padlockLocker) close()         { p.closeAll() }
 func (p padlockLocker) try(ctx context.Context, key string, ttl time.Duration) (func(context.Context) error, error) {
 	l, err := p.c.TryAcquire(ctx, key, ttl)
 	if err != nil {

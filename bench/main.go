@@ -1,18 +1,30 @@
 // Command bench measures padlock side by side with github.com/bsm/redislock,
-// github.com/go-redsync/redsync and a hand-written go-redis lock (the
-// floor), on one real redis-server that it starts on a loopback port.
+// github.com/go-redsync/redsync, github.com/redis/rueidis/rueidislock and a
+// hand-written go-redis lock (the floor), on one real redis-server that it
+// starts on a loopback port. padlock runs on each of its drivers: go-redis
+// (padlock.New, "padlock"), rueidis (padlockrueidis.New,
+// "padlock-rueidis") and valkey-go (padlockvalkey.New, "padlock-valkey").
 //
-//	cd bench && go run . [-duration 3s] [-rounds 3] [-scenario all]
+//	cd bench && go run . [-duration 3s] [-rounds 3] [-scenario all] [-impl name]
 //
 // Scenarios: uncontended (8 goroutines, distinct keys), contended (16
-// goroutines, one key, 2ms hold), procs (4 processes x 4 goroutines, one
-// key, 2ms hold) and leases (10,000 padlock locks kept alive). In each
+// goroutines, one key, 2ms hold) and procs (4 processes x 4 goroutines,
+// one key, 2ms hold). In each
 // scenario the implementations take turns, in rounds, so that a noisy
 // neighbour hurts them alike. Peers that cannot be woken on release poll
-// every 10ms while they wait. Then padlock alone (no peer has these):
-// semaphore (16 goroutines, 4 places), waiters (16 against 512 goroutines
-// on one key), procs8 (8 processes x 32 goroutines), rw (12 readers and 4
-// writers of one key) and idle (1,000 waiters that wait for a minute).
+// every 10ms while they wait (rueidislock is woken by client-side
+// caching's invalidations). Then padlock alone (no peer has these), on
+// each driver: waiters (16 against 512 goroutines on one key), leases
+// (10,000 locks kept alive) and idle (1,000 waiters that wait for a
+// minute); and on go-redis: semaphore (16 goroutines, 4 places), procs8
+// (8 processes x 32 goroutines) and rw (12 readers and 4 writers of one
+// key).
+//
+// Round trips are the commands and pipelines callers send and wait for;
+// socket writes are the writes on the client's connections, fewer than
+// the round trips where rueidis and valkey-go send concurrent callers'
+// commands together; Redis commands are counted by the server (INFO
+// commandstats). See counter.
 package main
 
 import (
@@ -26,7 +38,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,7 +52,7 @@ var (
 	duration = flag.Duration("duration", 3*time.Second, "time each implementation runs in each scenario, over all rounds")
 	rounds   = flag.Int("rounds", 3, "turns each implementation takes per scenario")
 	scenario = flag.String("scenario", "all", "uncontended, contended, procs, leases, semaphore, waiters, procs8, rw, idle, or all")
-	only     = flag.String("impl", "", "run only this implementation (padlock, redislock, redsync, go-redis-floor)")
+	only     = flag.String("impl", "", "run only this implementation (padlock, padlock-rueidis, padlock-valkey, rueidislock, redislock, redsync, go-redis-floor)")
 
 	// Flags for the child processes of the procs scenario.
 	child      = flag.Bool("child", false, "internal: run as a child of the procs scenario")
@@ -147,42 +158,6 @@ func (e *benchEnv) cleanup() {
 	e.dirs = nil
 }
 
-// counter counts round trips on a go-redis client: a command or a pipeline.
-type counter struct{ trips atomic.Int64 }
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.trips.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.trips.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
-// serverCalls is the number of commands Redis has run, from INFO
-// commandstats (commands run by scripts included).
-func serverCalls(rdb *redis.Client) int64 {
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		log.Fatal(err)
-	}
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		_, rest, ok := strings.Cut(line, ":calls=")
-		if !ok {
-			continue
-		}
-		n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		total += n
-	}
-	return total
-}
-
 func mallocs() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
@@ -196,6 +171,7 @@ type stats struct {
 	cpu     time.Duration // of the procs scenario's child processes, user and system
 	perTurn []float64     // cycles/s of each round's turn (turns)
 	trips   int64
+	writes  int64 // socket writes
 	calls   int64
 	allocs  uint64
 	waits   []time.Duration
@@ -222,32 +198,33 @@ func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f'
 
 // turns runs each implementation for duration/rounds at a time, in turn,
 // rounds times, with f doing one turn, and returns their stats.
-func turns(addr string, f func(l locker, rdb *redis.Client, d time.Duration) (cycles int64, waits []time.Duration)) map[string]*stats {
+func turns(addr string, f func(l locker, d time.Duration) (cycles int64, waits []time.Duration)) map[string]*stats {
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	defer admin.Close()
 	all := map[string]*stats{}
 	for r := 0; r < *rounds; r++ {
 		list := impls()
 		// Rotate the order each round.
 		list = append(list[r%len(list):], list[:r%len(list)]...)
 		for _, im := range list {
-			rdb, cnt := countedClient(addr)
-			l := im.new(rdb)
+			l, cnt := im.new(addr)
 			s := all[im.name]
 			if s == nil {
 				s = &stats{}
 				all[im.name] = s
 			}
-			calls0, allocs0, start := serverCalls(rdb), mallocs(), time.Now()
-			cnt.trips.Store(0)
-			cycles, waits := f(l, rdb, *duration/time.Duration(*rounds))
+			calls0, allocs0, start := serverCalls(admin), mallocs(), time.Now()
+			cnt.reset()
+			cycles, waits := f(l, *duration/time.Duration(*rounds))
 			s.perTurn = append(s.perTurn, float64(cycles)/time.Since(start).Seconds())
 			s.elapsed += time.Since(start)
 			s.allocs += mallocs() - allocs0
 			s.trips += cnt.trips.Load()
-			s.calls += serverCalls(rdb) - calls0 - 1 // not the INFO itself
+			s.writes += cnt.writes.Load()
+			s.calls += serverCalls(admin) - calls0 - 1 // not the INFO itself
 			s.cycles += cycles
 			s.waits = append(s.waits, waits...)
 			l.close()
-			_ = rdb.Close()
 		}
 	}
 	return all
@@ -264,7 +241,7 @@ func names() []string {
 // uncontended: 8 goroutines, each on its own key, take and release it.
 func uncontended(addr string) {
 	const goroutines = 8
-	all := turns(addr, func(l locker, _ *redis.Client, d time.Duration) (int64, []time.Duration) {
+	all := turns(addr, func(l locker, d time.Duration) (int64, []time.Duration) {
 		var cycles atomic.Int64
 		var wg sync.WaitGroup
 		stop := time.Now().Add(d)
@@ -290,8 +267,8 @@ func uncontended(addr string) {
 	fmt.Printf("## Uncontended: %d goroutines, distinct keys, acquire + release\n\n", goroutines)
 	fmt.Println("vs floor: the median, over the rounds, of its cycles/s over the floor's in the same round.")
 	fmt.Println()
-	fmt.Println("| implementation | cycles/s | vs floor | round trips/cycle | Redis commands/cycle | allocs/cycle |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Println("| implementation | cycles/s | vs floor | round trips/cycle | socket writes/cycle | Redis commands/cycle | allocs/cycle |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 	floor := all["go-redis-floor"]
 	for _, name := range names() {
 		s := all[name]
@@ -307,7 +284,8 @@ func uncontended(addr string) {
 			slices.Sort(ratios)
 			rel = fmt.Sprintf("%.2f", ratios[len(ratios)/2])
 		}
-		fmt.Printf("| %s | %.0f | %s | %.2f | %.2f | %.1f |\n", name, s.perSec(), rel, s.per(s.trips), s.per(s.calls), s.per(int64(s.allocs)))
+		fmt.Printf("| %s | %.0f | %s | %.2f | %.2f | %.2f | %.1f |\n", name, s.perSec(), rel, s.per(s.trips), s.per(s.writes),
+			s.per(s.calls), s.per(int64(s.allocs)))
 	}
 	fmt.Println()
 }
@@ -351,22 +329,22 @@ func holdLoop(l locker, key string, goroutines int, stop time.Time) (int64, []ti
 // contended: 16 goroutines in one process take turns on one key.
 func contended(addr string) {
 	const goroutines = 16
-	all := turns(addr, func(l locker, _ *redis.Client, d time.Duration) (int64, []time.Duration) {
+	all := turns(addr, func(l locker, d time.Duration) (int64, []time.Duration) {
 		return holdLoop(l, "bench:contended", goroutines, time.Now().Add(d))
 	})
 	fmt.Printf("## Contended: %d goroutines, one key, %v hold\n\n", goroutines, holdFor)
 	fmt.Println("FIFO ideal wait = goroutines / cycles per second.")
 	fmt.Println()
-	fmt.Println("| implementation | cycles/s | round trips/handoff | Redis commands/handoff | allocs/handoff | p50 wait ms | p99 wait ms | FIFO ideal ms | p99 / ideal |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Println("| implementation | cycles/s | round trips/handoff | socket writes/handoff | Redis commands/handoff | allocs/handoff | p50 wait ms | p99 wait ms | FIFO ideal ms | p99 / ideal |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, name := range names() {
 		s := all[name]
 		if s == nil {
 			continue
 		}
 		ideal := time.Duration(float64(goroutines) / s.perSec() * float64(time.Second))
-		fmt.Printf("| %s | %.0f | %.2f | %.2f | %.1f | %s | %s | %s | %.2f |\n", name, s.perSec(), s.per(s.trips), s.per(s.calls),
-			s.per(int64(s.allocs)), ms(s.pct(0.5)), ms(s.pct(0.99)), ms(ideal), float64(s.pct(0.99))/float64(ideal))
+		fmt.Printf("| %s | %.0f | %.2f | %.2f | %.2f | %.1f | %s | %s | %s | %.2f |\n", name, s.perSec(), s.per(s.trips), s.per(s.writes),
+			s.per(s.calls), s.per(int64(s.allocs)), ms(s.pct(0.5)), ms(s.pct(0.99)), ms(ideal), float64(s.pct(0.99))/float64(ideal))
 	}
 	fmt.Println()
 }
@@ -460,8 +438,7 @@ func runChild() {
 	if im == nil {
 		log.Fatalf("unknown -impl %q", *only)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: *childAddr, PoolSize: 64})
-	l := im.new(rdb)
+	l, _ := im.new(*childAddr)
 	start := time.Unix(0, *childStart)
 	time.Sleep(time.Until(start))
 	cycles, waits := holdLoop(l, "bench:procs", *childGor, start.Add(*duration))
@@ -470,17 +447,7 @@ func runChild() {
 		res.Waits = append(res.Waits, int64(w))
 	}
 	l.close()
-	_ = rdb.Close()
 	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
 		log.Fatal(err)
 	}
-}
-
-// countedClient is a go-redis client of the bench's server, with a counter
-// of the commands and round trips it sends.
-func countedClient(addr string) (*redis.Client, *counter) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
-	cnt := &counter{}
-	rdb.AddHook(cnt)
-	return rdb, cnt
 }

@@ -19,27 +19,34 @@ import (
 // many processes, readers and writers, and waiting that costs nothing
 // while nothing happens.
 
+// counts are what a counter and the server have counted so far.
+type counts struct{ trips, writes, calls int64 }
+
+// snapshot is what cnt and the server (asked through admin) have counted.
+func snapshot(cnt *counter, admin *redis.Client) counts {
+	return counts{cnt.trips.Load(), cnt.writes.Load(), serverCalls(admin)}
+}
+
 // turnLoop runs goroutines that take turns on key through c, each
 // waiting, holding it for holdFor and releasing it, until stop, when the
 // ones still waiting give up. It counts what happens in the window from
 // from to to, in the steady state: the cycles released in it, the waits
-// of the acquires in it, and what snap counts (round trips, commands).
-func turnLoop(c *padlock.Client, key string, goroutines int, from, to, stop time.Time, snap func() (int64, int64)) (cycles, trips, calls int64, waits []time.Duration) {
+// of the acquires in it, and what snap counts (round trips, writes,
+// commands), the difference of a snap at from and one at to.
+func turnLoop(c *padlock.Client, key string, goroutines int, from, to, stop time.Time, snap func() counts) (cycles int64, counted counts, waits []time.Duration) {
 	var (
 		mu  sync.Mutex
 		n   atomic.Int64
 		wg  sync.WaitGroup
-		t0  int64
-		c0  int64
 		got = make(chan struct{})
 	)
 	go func() {
 		time.Sleep(time.Until(from))
-		t0, c0 = snap()
-		close(got)
+		c0 := snap()
 		time.Sleep(time.Until(to))
-		t1, c1 := snap()
-		trips, calls = t1-t0, c1-c0
+		c1 := snap()
+		counted = counts{c1.trips - c0.trips, c1.writes - c0.writes, c1.calls - c0.calls}
+		close(got)
 	}()
 	for range goroutines {
 		wg.Go(func() {
@@ -70,55 +77,66 @@ func turnLoop(c *padlock.Client, key string, goroutines int, from, to, stop time
 	}
 	wg.Wait()
 	<-got
-	return n.Load(), trips, calls, waits
+	return n.Load(), counted, waits
 }
 
 // manyWaiters: one Client, one key, 2ms hold, 16 and then 512 goroutines,
-// alternating in rounds: a hand-off should cost the same however many
-// wait. Each turn is measured after its first third (when every goroutine
-// has come) and until a little before its end (when the ones still
-// waiting give up).
+// alternating in rounds, on each driver: a hand-off should cost the same
+// however many wait. Each turn is measured after its first third (when
+// every goroutine has come) and until a little before its end (when the
+// ones still waiting give up).
 func manyWaiters(addr string) {
 	sizes := []int{16, 512}
-	all := map[int]*stats{}
+	drivers := padlockDrivers()
+	all := map[string]map[int]*stats{}
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
 	for range *rounds {
-		for _, n := range sizes {
-			rdb, cnt := countedClient(addr)
-			c := padlock.New(rdb)
-			s := all[n]
-			if s == nil {
-				s = &stats{}
-				all[n] = s
+		for _, drv := range drivers {
+			if all[drv.name] == nil {
+				all[drv.name] = map[int]*stats{}
 			}
-			d := *duration / time.Duration(*rounds)
-			start := time.Now()
-			from, to, stop := start.Add(d/3), start.Add(d-50*time.Millisecond), start.Add(d)
-			cycles, trips, calls, waits := turnLoop(c, "bench:waiters", n, from, to, stop, func() (int64, int64) {
-				return cnt.trips.Load(), serverCalls(admin)
-			})
-			s.elapsed += to.Sub(from)
-			s.cycles += cycles
-			s.trips += trips
-			s.calls += calls - 1 // not the INFO itself
-			s.waits = append(s.waits, waits...)
-			_ = c.Close()
-			_ = rdb.Close()
+			for _, n := range sizes {
+				s := all[drv.name][n]
+				if s == nil {
+					s = &stats{}
+					all[drv.name][n] = s
+				}
+				waitersTurn(addr, admin, drv, n, s)
+			}
 		}
 	}
 	fmt.Printf("## Many waiters: one Client, one key, %v hold, 16 against 512 goroutines\n\n", holdFor)
 	fmt.Println("Measured in the steady state (from a third into each turn to its end). FIFO ideal wait = goroutines / cycles per second.")
 	fmt.Println()
-	fmt.Println("| goroutines | cycles/s | vs 16 | round trips/handoff | Redis commands/handoff | p50 wait ms | p99 wait ms | FIFO ideal ms | p99 / ideal |")
-	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	for _, n := range sizes {
-		s := all[n]
-		ideal := time.Duration(float64(n) / s.perSec() * float64(time.Second))
-		fmt.Printf("| %d | %.0f | %.2f | %.2f | %.2f | %s | %s | %s | %.2f |\n", n, s.perSec(), s.perSec()/all[16].perSec(),
-			s.per(s.trips), s.per(s.calls), ms(s.pct(0.5)), ms(s.pct(0.99)), ms(ideal), float64(s.pct(0.99))/float64(ideal))
+	fmt.Println("| driver | goroutines | cycles/s | vs 16 | round trips/handoff | socket writes/handoff | Redis commands/handoff | p50 wait ms | p99 wait ms | FIFO ideal ms | p99 / ideal |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, drv := range drivers {
+		for _, n := range sizes {
+			s, s16 := all[drv.name][n], all[drv.name][16]
+			ideal := time.Duration(float64(n) / s.perSec() * float64(time.Second))
+			fmt.Printf("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.2f | %s | %s | %s | %.2f |\n", drv.name, n, s.perSec(), s.perSec()/s16.perSec(),
+				s.per(s.trips), s.per(s.writes), s.per(s.calls), ms(s.pct(0.5)), ms(s.pct(0.99)), ms(ideal), float64(s.pct(0.99))/float64(ideal))
+		}
 	}
 	fmt.Println()
+}
+
+// waitersTurn is one turn of manyWaiters: n goroutines of one Client of
+// drv, added to s.
+func waitersTurn(addr string, admin *redis.Client, drv padlockDriver, n int, s *stats) {
+	c, cnt, closeAll := drv.open(addr)
+	defer closeAll()
+	d := *duration / time.Duration(*rounds)
+	start := time.Now()
+	from, to, stop := start.Add(d/3), start.Add(d-50*time.Millisecond), start.Add(d)
+	cycles, counted, waits := turnLoop(c, "bench:waiters", n, from, to, stop, func() counts { return snapshot(cnt, admin) })
+	s.elapsed += to.Sub(from)
+	s.cycles += cycles
+	s.trips += counted.trips
+	s.writes += counted.writes
+	s.calls += counted.calls - 1 // not the INFO itself
+	s.waits = append(s.waits, waits...)
 }
 
 // procs8: 8 processes of 32 goroutines take turns on one key.
@@ -220,69 +238,73 @@ func readersWriters(addr string) {
 	fmt.Printf("\nA reader beside a writer, or two writers: %d times.\n\n", overlaps)
 }
 
-// idle: 1,000 goroutines of one Client wait on 1,000 keys held by another
-// Client, ttl 1 minute, while nothing happens; then the keys are deleted
-// by hand (a plain DEL).
+// idle: on each driver, 1,000 goroutines of one Client wait on 1,000 keys
+// held by another Client (on go-redis), ttl 1 minute, while nothing
+// happens; then the keys are deleted by hand (a plain DEL).
 func idle(addr string) {
-	const n, ttl, window = 1000, time.Minute, 10 * time.Second
-	ctx := context.Background()
+	const n, window = 1000, 10 * time.Second
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
-	holderRDB := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
-	defer holderRDB.Close()
-	holders := padlock.New(holderRDB)
-	defer holders.Close()
-	waitRDB, cnt := countedClient(addr)
-	defer waitRDB.Close()
-	waiters := padlock.New(waitRDB)
-	defer waiters.Close()
+	type row struct {
+		name    string
+		counted counts
+		served  time.Duration
+	}
+	var rows []row
+	for _, drv := range padlockDrivers() {
+		counted, served := idleRun(addr, admin, drv, n, window)
+		rows = append(rows, row{drv.name, counted, served})
+	}
+	fmt.Printf("## Idle waiting: %d goroutines of one Client wait on %d keys held by another Client (ttl %v), while nothing happens, for %v\n\n",
+		n, n, time.Minute, window)
+	fmt.Println("| driver (waiting Client) | round trips/s (waiting Client) | socket writes/s (waiting Client) | Redis commands/s | all served after a plain DEL of every key |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: |")
+	for _, r := range rows {
+		fmt.Printf("| %s | %.1f | %.1f | %.0f | %s (%d of %d) |\n", r.name, float64(r.counted.trips)/window.Seconds(),
+			float64(r.counted.writes)/window.Seconds(), float64(r.counted.calls)/window.Seconds(), r.served.Round(time.Millisecond), n, n)
+	}
+	fmt.Println()
+}
 
-	held := make([]*padlock.Lock, n)
-	for i := range held {
-		l, err := holders.TryAcquire(ctx, "bench:idle:"+strconv.Itoa(i), ttl)
-		if err != nil {
+// idleRun is idle on one driver: n waiters of a Client of drv on n keys
+// held by a go-redis Client. It returns what the waiting Client and the
+// server counted in window, and the time from the DEL of every key until
+// every waiter was served.
+func idleRun(addr string, admin *redis.Client, drv padlockDriver, n int, window time.Duration) (counts, time.Duration) {
+	const ttl = time.Minute
+	ctx := context.Background()
+	holders, _, closeHolders := openGoRedis(addr)
+	defer closeHolders()
+	waiters, cnt, closeWaiters := drv.open(addr)
+	defer closeWaiters()
+
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "bench:idle:" + strconv.Itoa(i)
+		if _, err := holders.TryAcquire(ctx, keys[i], ttl); err != nil {
 			log.Fatal(err)
 		}
-		held[i] = l
 	}
 	got := make(chan *padlock.Lock, n)
 	wctx, cancel := context.WithTimeout(ctx, 2*ttl)
 	defer cancel()
-	for i := range n {
+	for _, key := range keys {
 		go func() {
-			l, err := waiters.Acquire(wctx, "bench:idle:"+strconv.Itoa(i), ttl)
+			l, err := waiters.Acquire(wctx, key, ttl)
 			if err != nil {
 				log.Fatalf("idle: %v", err)
 			}
 			got <- l
 		}()
 	}
-	// Until every waiter is queued in Redis.
-	for {
-		queued := 0
-		for _, l := range held {
-			info, err := holders.Inspect(ctx, l.Key())
-			if err != nil {
-				log.Fatal(err)
-			}
-			queued += info.Waiting
-		}
-		if queued == n {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	untilQueued(holders, keys)
 	time.Sleep(time.Second) // the first attempts and subscriptions are over
-	trips0, calls0 := cnt.trips.Load(), serverCalls(admin)
+	c0 := snapshot(cnt, admin)
 	time.Sleep(window)
-	trips, calls := cnt.trips.Load()-trips0, serverCalls(admin)-calls0-1
+	c1 := snapshot(cnt, admin)
 	// Then an operator deletes every key by hand (a plain DEL, no release
 	// announced): Redis is the truth, and the tickets' renewals see it.
 	released := time.Now()
-	keys := make([]string, len(held))
-	for i, l := range held {
-		keys[i] = l.Key()
-	}
 	if err := admin.Del(ctx, keys...).Err(); err != nil {
 		log.Fatal(err)
 	}
@@ -293,8 +315,23 @@ func idle(addr string) {
 		}
 	}
 	served := time.Since(released)
-	fmt.Printf("## Idle waiting: %d goroutines of one Client wait on %d keys held by another Client (ttl %v), while nothing happens, for %v\n\n", n, n, ttl, window)
-	fmt.Println("| round trips/s (waiting Client) | Redis commands/s | all served after a plain DEL of every key |")
-	fmt.Println("| ---: | ---: | ---: |")
-	fmt.Printf("| %.1f | %.0f | %s (%d of %d) |\n\n", float64(trips)/window.Seconds(), float64(calls)/window.Seconds(), served.Round(time.Millisecond), n, n)
+	return counts{c1.trips - c0.trips, c1.writes - c0.writes, c1.calls - c0.calls - 1}, served
+}
+
+// untilQueued returns once every key has a waiter queued in Redis.
+func untilQueued(c *padlock.Client, keys []string) {
+	for {
+		queued := 0
+		for _, key := range keys {
+			info, err := c.Inspect(context.Background(), key)
+			if err != nil {
+				log.Fatal(err)
+			}
+			queued += info.Waiting
+		}
+		if queued == len(keys) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
