@@ -270,11 +270,13 @@ type timeBound interface {
 }
 
 // within returns g with reads and writes that time out after d, on a
-// *redis.Client (which has WithTimeout); a Cluster client's time out after
-// its ReadTimeout and WriteTimeout.
+// *redis.Client (which has WithTimeout; newer go-redis versions drop the
+// client's hooks from it); a Cluster client's time out after its
+// ReadTimeout and WriteTimeout. A client with ContextTimeoutEnabled needs
+// nothing: the context's deadline bounds them.
 func (g *goRedis) within(d time.Duration) driver.Driver {
 	rc, ok := g.rdb.(*redis.Client)
-	if !ok {
+	if !ok || rc.Options().ContextTimeoutEnabled {
 		return g
 	}
 	return &goRedis{rdb: rc.WithTimeout(d), kind: g.kind}
