@@ -272,6 +272,12 @@ func TestCloseIsBoundedWhenRedisDoesNotAnswer(t *testing.T) {
 				t.Errorf("Close did not return in %v", within)
 			}
 			_ = rdb.Close() // as Close's caller does
+			if tt.readTimeout == -1 {
+				// With no read timeout, a round trip in flight ends only
+				// when its connection drops: newer go-redis versions'
+				// Close does not drop a connection in use.
+				p.CutAll()
+			}
 			select {
 			case w := <-got:
 				t.Logf("the waiter returned %v", w.err)
