@@ -29,6 +29,7 @@ const (
 // callbacks), and Close ends it.
 type Client struct {
 	d         driver.Driver // the Redis the Client talks to (a Redlock's first node), or nil if refused
+	pipe      *pipeline     // what a lock's scripts go through: d, pipelined (see pipeline.go)
 	kind      driver.Kind   // d's Kind
 	lastTTL   atomic.Pointer[boxedTTL]
 	opts      options
@@ -107,6 +108,7 @@ func newClient(d driver.Driver, nodes []driver.Driver, opts []Option) *Client {
 // (those of pubsubNodes).
 func (c *Client) use(d driver.Driver, nodes []driver.Driver, kinds []driver.Kind) {
 	c.d, c.nodes, c.kinds, c.kind = d, nodes, kinds, kinds[0]
+	c.pipe = newPipeline(d)
 	if c.kind == driver.Cluster {
 		// On a Cluster a Client listens with plain pub/sub (see groupOn):
 		// its tickets say so to the scripts that tell it of a grant.

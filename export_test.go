@@ -26,3 +26,7 @@ func SetPubSubQuiet(c *Client, d time.Duration) { c.notify.quiet = d }
 // GoRedisDriver is the driver.Driver that New wraps rdb in, for tests that
 // run padlock through NewDriver (the conformance suite on go-redis).
 func GoRedisDriver(rdb redis.UniversalClient) driver.Driver { return newGoRedis(rdb) }
+
+// PipelineDepth is how many scripts go to a node at once before the
+// others wait to go together (see pipelineDepth).
+const PipelineDepth = pipelineDepth

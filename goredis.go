@@ -157,6 +157,19 @@ func (g *goRedis) Batch(ctx context.Context, cmds []driver.Cmd) {
 	}
 }
 
+// Route names the master that owns key on a Cluster (from the client's
+// slot map), or "" on any other client, or when the map does not say.
+func (g *goRedis) Route(ctx context.Context, key string) string {
+	if g.cluster == nil {
+		return ""
+	}
+	node, err := g.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
 // Nodes returns the client itself, or each master of a Cluster (from its
 // slot map, reloaded if need be).
 func (g *goRedis) Nodes(ctx context.Context) ([]driver.Node, error) {

@@ -428,7 +428,7 @@ func (l *Lock) release(ctx context.Context, bg, undo bool) (int64, error) {
 	if l.c.nodes != nil {
 		return l.redlockRelease(ctx, undo)
 	}
-	return l.releaseOn(ctx, l.c.d, bg, undo)
+	return l.releaseOn(ctx, l.c.pipe, bg, undo)
 }
 
 // Extend sets the lock to expire ttl from now, if it is still ours, in one

@@ -50,7 +50,7 @@ func (o options) checkReplicas() error {
 // and the WAIT goes there.
 func (l *Lock) onWriter(ctx context.Context, write func(r doer) error) (driver.Conn, error) {
 	if l.replicaCount() == 0 {
-		return nil, write(l.c.d)
+		return nil, write(l.c.pipe)
 	}
 	conn, err := l.c.d.Pin(ctx, l.key)
 	if err != nil {

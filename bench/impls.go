@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -49,12 +51,13 @@ func impls() []impl {
 	if *only == "" || *child {
 		return all
 	}
+	var some []impl
 	for _, im := range all {
-		if im.name == *only {
-			return []impl{im}
+		if slices.Contains(strings.Split(*only, ","), im.name) {
+			some = append(some, im)
 		}
 	}
-	return nil
+	return some
 }
 
 // onGoRedis is the new of an impl on a go-redis client, which the locker's

@@ -7,7 +7,8 @@
 //
 //	cd bench && go run . [-duration 3s] [-rounds 3] [-scenario all] [-impl name]
 //
-// Scenarios: uncontended (8 goroutines, distinct keys), contended (16
+// Scenarios: uncontended (8 goroutines, distinct keys; lone: 1; many: 64
+// and 256), contended (16
 // goroutines, one key, 2ms hold) and procs (4 processes x 4 goroutines,
 // one key, 2ms hold). In each
 // scenario the implementations take turns, in rounds, so that a noisy
@@ -36,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -51,14 +53,18 @@ import (
 var (
 	duration = flag.Duration("duration", 3*time.Second, "time each implementation runs in each scenario, over all rounds")
 	rounds   = flag.Int("rounds", 3, "turns each implementation takes per scenario")
-	scenario = flag.String("scenario", "all", "uncontended, contended, procs, leases, semaphore, waiters, procs8, rw, idle, or all")
-	only     = flag.String("impl", "", "run only this implementation (padlock, padlock-rueidis, padlock-valkey, rueidislock, redislock, redsync, go-redis-floor)")
+	scenario = flag.String("scenario", "all", "uncontended, lone, many, contended, procs, leases, semaphore, waiters, procs8, rw, idle, or all")
+	only     = flag.String("impl", "", "run only these implementations, a comma-separated list (padlock, padlock-rueidis, padlock-valkey, rueidislock, redislock, redsync, go-redis-floor)")
 
 	// Flags for the child processes of the procs scenario.
-	child      = flag.Bool("child", false, "internal: run as a child of the procs scenario")
-	childAddr  = flag.String("addr", "", "internal: redis address")
-	childStart = flag.Int64("start", 0, "internal: start time, unix nanoseconds")
-	childGor   = flag.Int("goroutines", 4, "internal: goroutines")
+	child        = flag.Bool("child", false, "internal: run as a child of the procs scenario")
+	childAddr    = flag.String("addr", "", "internal: redis address")
+	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	mutexProfile = flag.String("mutexprofile", "", "write a mutex contention profile of the run to this file")
+	blockProfile = flag.String("blockprofile", "", "write a blocking profile of the run to this file")
+	memProfile   = flag.String("memprofile", "", "write an allocation profile of the run to this file")
+	childStart   = flag.Int64("start", 0, "internal: start time, unix nanoseconds")
+	childGor     = flag.Int("goroutines", 4, "internal: goroutines")
 )
 
 const (
@@ -74,6 +80,7 @@ func main() {
 		runChild()
 		return
 	}
+	defer profile()()
 	env := &benchEnv{}
 	defer env.cleanup()
 	srv := redistest.Start(env)
@@ -86,6 +93,8 @@ func main() {
 		}
 	}
 	run("uncontended", uncontended)
+	run("lone", lone)
+	run("many", many)
 	run("contended", contended)
 	run("procs", procs)
 	run("leases", leases)
@@ -121,6 +130,51 @@ func semaphore(addr string) {
 	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 	fmt.Printf("| %s | %.0f | %.2f | %s | %s | %s | %.2f |\n\n", "padlock WithLimit(4)", s.perSec(), s.per(s.trips),
 		ms(s.pct(0.5)), ms(s.pct(0.99)), ms(ideal), float64(s.pct(0.99))/float64(ideal))
+}
+
+// profile starts the profiles the flags ask for, and returns what writes
+// them at the end of the run.
+func profile() func() {
+	var stops []func()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); _ = f.Close() })
+	}
+	write := func(name, file string) {
+		if file == "" {
+			return
+		}
+		stops = append(stops, func() {
+			f, err := os.Create(file)
+			if err != nil {
+				log.Fatal(err)
+			}
+			defer f.Close()
+			if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+				log.Fatal(err)
+			}
+		})
+	}
+	if *mutexProfile != "" {
+		runtime.SetMutexProfileFraction(1)
+	}
+	if *blockProfile != "" {
+		runtime.SetBlockProfileRate(1)
+	}
+	write("mutex", *mutexProfile)
+	write("block", *blockProfile)
+	write("allocs", *memProfile)
+	return func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
 }
 
 // quiet is a go-redis logger that drops everything.
@@ -236,58 +290,6 @@ func names() []string {
 		out = append(out, im.name)
 	}
 	return out
-}
-
-// uncontended: 8 goroutines, each on its own key, take and release it.
-func uncontended(addr string) {
-	const goroutines = 8
-	all := turns(addr, func(l locker, d time.Duration) (int64, []time.Duration) {
-		var cycles atomic.Int64
-		var wg sync.WaitGroup
-		stop := time.Now().Add(d)
-		for g := range goroutines {
-			wg.Go(func() {
-				key := "bench:uncontended:" + strconv.Itoa(g)
-				ctx := context.Background()
-				for time.Now().Before(stop) {
-					unlock, err := l.try(ctx, key, lockTTL)
-					if err != nil {
-						log.Fatalf("%s: %v", l, err)
-					}
-					if err := unlock(ctx); err != nil {
-						log.Fatalf("%s: release: %v", l, err)
-					}
-					cycles.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		return cycles.Load(), nil
-	})
-	fmt.Printf("## Uncontended: %d goroutines, distinct keys, acquire + release\n\n", goroutines)
-	fmt.Println("vs floor: the median, over the rounds, of its cycles/s over the floor's in the same round.")
-	fmt.Println()
-	fmt.Println("| implementation | cycles/s | vs floor | round trips/cycle | socket writes/cycle | Redis commands/cycle | allocs/cycle |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-	floor := all["go-redis-floor"]
-	for _, name := range names() {
-		s := all[name]
-		if s == nil {
-			continue
-		}
-		rel := "-"
-		if floor != nil {
-			var ratios []float64
-			for r := range s.perTurn {
-				ratios = append(ratios, s.perTurn[r]/floor.perTurn[r])
-			}
-			slices.Sort(ratios)
-			rel = fmt.Sprintf("%.2f", ratios[len(ratios)/2])
-		}
-		fmt.Printf("| %s | %.0f | %s | %.2f | %.2f | %.2f | %.1f |\n", name, s.perSec(), rel, s.per(s.trips), s.per(s.writes),
-			s.per(s.calls), s.per(int64(s.allocs)))
-	}
-	fmt.Println()
 }
 
 // holdLoop runs goroutines that each, until d has passed, wait for key,

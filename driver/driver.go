@@ -162,6 +162,19 @@ type Protocoler interface {
 	Protocol() int
 }
 
+// A Router is a Driver of several nodes (a Cluster) that says which one a
+// key's commands go to. padlock pipelines the scripts of many goroutines:
+// those that come while several are in flight to a node wait, and go
+// together in the next Batch. With a Router it counts what is in flight
+// to each node apart, so that a call to a node with little in flight is
+// sent at once, whatever waits for the others; without one, it counts
+// every node's together. Route returns the node's name (its address), or
+// "" when it does not know; it is called before each script, and must
+// not wait on the network longer than Do would.
+type Router interface {
+	Route(ctx context.Context, key string) string
+}
+
 // An Unsubscriber is a PubSub that can unsubscribe. padlock unsubscribes
 // nothing while it waits (it closes a connection no waiter needs);
 // padlock.Check unsubscribes what it subscribed, to probe that the Redis

@@ -27,7 +27,7 @@ local n, all = 0, true
 for i = 1, #KEYS, 2 do
   local v = redis.call('GET', KEYS[i])
   if sameToken(v, ARGV[1]) then
-    local P, keep = string.sub(KEYS[i + 1], 1, -6), 0
+    local P, keep = (kept or fenced) and string.sub(KEYS[i + 1], 1, -6), 0
     if kept then
 --@hold
       keep = keptFor(P .. 'mins', tokenOf(v))
