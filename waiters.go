@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -68,6 +69,7 @@ type notifier struct {
 	leaves   []departure   // the leaves of waiters that ended once closed, for Close to send
 	departed bool          // Close took leaves: a waiter that ends later leaves by itself
 	queues   map[string]*keyQueue
+	keys     atomic.Int32 // len(queues), for a release to see without mu that nobody waits here
 	tokens   map[string]*waiter     // the one way's waiters, by token
 	tickets  map[*lease]*waiter     // the leases of their tickets, to their waiters (see tickets.go)
 	subs     map[string]*subscriber // by routing group, see group
@@ -104,6 +106,7 @@ func (c *Client) addWaiter(l *Lock) (*waiter, error) {
 		q.waiters = q.waiters[:len(q.waiters)-1]
 		if len(q.waiters) == 0 && len(q.holders) == 0 {
 			delete(n.queues, w.key) // made by queueFor for this call
+			n.keys.Add(-1)
 		}
 		return nil, fmt.Errorf("%w: another Acquire with token %q waits in this Client", ErrInvalid, w.token)
 	}
@@ -254,6 +257,9 @@ func (c *Client) nowHolding(l *Lock) {
 // (a Release works after Close; one in WaitStart has nothing to leave).
 func (c *Client) takePending(l *Lock) ([]any, []*waiter) {
 	n := &c.notify
+	if n.keys.Load() == 0 {
+		return nil, nil // nobody waits in this Client: no Client-wide lock on a lone release
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	key := l.key
@@ -445,6 +451,7 @@ func (c *Client) queueFor(key string) (*keyQueue, error) {
 	if q == nil {
 		q = &keyQueue{}
 		n.queues[key] = q
+		n.keys.Add(1)
 	}
 	return q, nil
 }
@@ -473,6 +480,7 @@ func (c *Client) dequeueLocked(w *waiter, acquired bool) {
 	}
 	if len(q.waiters) == 0 {
 		delete(n.queues, w.key)
+		n.keys.Add(-1)
 		if q.subscribed {
 			c.unsubscribeLocked()
 		}
