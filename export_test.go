@@ -30,3 +30,12 @@ func GoRedisDriver(rdb redis.UniversalClient) driver.Driver { return newGoRedis(
 // PipelineDepth is how many scripts go to a node at once before the
 // others wait to go together (see pipelineDepth).
 const PipelineDepth = pipelineDepth
+
+// PipelineWaiting is how many scripts wait in c's pipeline to go in a
+// batch (on a driver without a Router).
+func PipelineWaiting(c *Client) int {
+	ln := &c.pipe.lane
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return len(ln.next)
+}

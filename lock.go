@@ -428,7 +428,15 @@ func (l *Lock) release(ctx context.Context, bg, undo bool) (int64, error) {
 	if l.c.nodes != nil {
 		return l.redlockRelease(ctx, undo)
 	}
-	return l.releaseOn(ctx, l.c.pipe, bg, undo)
+	var r doer = l.c.pipe
+	if l.c.kind == driver.Cluster {
+		// go-redis sends a Cluster node's whole pipeline again when its
+		// first command answers TRYAGAIN (a script of two keys while the
+		// slot migrates): a release that had run would run twice, and
+		// report the lock not held.
+		r = l.c.d
+	}
+	return l.releaseOn(ctx, r, bg, undo)
 }
 
 // Extend sets the lock to expire ttl from now, if it is still ours, in one

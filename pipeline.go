@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/padlock-go/padlock/driver"
 )
@@ -74,8 +75,8 @@ var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1
 
 // Do runs the command args on key's node: EVALSHA through the node's lane,
 // anything else straight on the Driver. It blocks until the reply is in or
-// ctx ends; it returns ctx's error then (a call already sent may still
-// run, as a lone call whose reply is lost).
+// ctx ends: it returns ctx's error then if the call was not sent yet, or
+// else waits for the reply.
 func (p *pipeline) Do(ctx context.Context, key string, args ...any) (any, error) {
 	if args[0] != "evalsha" {
 		return p.d.Do(ctx, key, args...)
@@ -95,14 +96,20 @@ func (p *pipeline) Do(ctx context.Context, key string, args ...any) (any, error)
 	ln.mu.Unlock()
 	select {
 	case <-c.done:
-		reply, err := c.reply, c.err
-		*c = call{done: c.done}
-		calls.Put(c)
-		return reply, err
 	case <-ctx.Done():
-		ln.leave(c)
-		return nil, ctx.Err()
+		if !ln.leave(c) {
+			return nil, ctx.Err() // never sent
+		}
+		// It went in a batch, which may not be written yet: what the
+		// caller does next (an undo) must not overtake it. It waits for
+		// the reply, as a lone go-redis call waits for its read; the
+		// batch ends by the latest of its callers' deadlines (see send).
+		<-c.done
 	}
+	reply, err := c.reply, c.err
+	*c = call{done: c.done}
+	calls.Put(c)
+	return reply, err
 }
 
 // laneOf is the lane of key's node.
@@ -119,13 +126,14 @@ func (p *pipeline) laneOf(ctx context.Context, key string) *lane {
 }
 
 // leave takes c, whose caller stopped waiting, out of the next batch, if
-// it has not gone yet. (One that went runs; its reply goes nowhere.)
-func (ln *lane) leave(c *call) {
+// it has not gone in one yet, and reports whether it had.
+func (ln *lane) leave(c *call) (taken bool) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	if !c.taken {
 		ln.next = slices.DeleteFunc(ln.next, func(n *call) bool { return n == c })
 	}
+	return c.taken
 }
 
 // take returns the calls that wait in ln, as a batch, or, with none,
@@ -163,10 +171,12 @@ func (p *pipeline) drain(ln *lane, b []*call) {
 
 // send sends b's calls in one Batch (or Do, for one), and hands each its
 // reply. The batch's context has the first caller's values (a trace, say),
-// not its end: it goes on when callers leave, as a lone call that was
-// sent does.
+// and the latest of its callers' deadlines (none if one has none): a
+// caller that leaves does not end it (see Do), and none fails by another's
+// deadline.
 func (p *pipeline) send(b []*call) {
-	ctx := context.WithoutCancel(b[0].ctx)
+	ctx, cancel := batchContext(b)
+	defer cancel()
 	if len(b) == 1 {
 		c := b[0]
 		c.reply, c.err = p.d.Do(ctx, c.key, c.args...)
@@ -182,4 +192,20 @@ func (p *pipeline) send(b []*call) {
 		c.reply, c.err = cmds[i].Reply, cmds[i].Err
 		c.done <- struct{}{}
 	}
+}
+
+// batchContext is the context of the batch b (see send).
+func batchContext(b []*call) (context.Context, context.CancelFunc) {
+	ctx := context.WithoutCancel(b[0].ctx)
+	var last time.Time
+	for _, c := range b {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return ctx, func() {}
+		}
+		if d.After(last) {
+			last = d
+		}
+	}
+	return context.WithDeadline(ctx, last)
 }

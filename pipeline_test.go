@@ -257,3 +257,68 @@ func TestABusyNodeHoldsUpNoOther(t *testing.T) {
 		})
 	}
 }
+
+// stalling is gated, whose first script on the key stall waits until
+// resume is closed, once it has told stalled.
+type stalling struct {
+	*gated
+	stall           string
+	once            sync.Once
+	stalled, resume chan struct{}
+}
+
+func (d *stalling) Do(ctx context.Context, key string, args ...any) (any, error) {
+	if key == d.stall {
+		first := false
+		d.once.Do(func() { first = true })
+		if first {
+			close(d.stalled)
+			<-d.resume
+		}
+	}
+	return d.gated.Do(ctx, key, args...)
+}
+
+// A caller whose ctx ends once its script went in a batch waits for the
+// reply: its undo does not overtake the script, which would leave the key
+// held by nobody.
+func TestACallerThatLeavesASentBatchWaitsForIt(t *testing.T) {
+	e := newMini(t)
+	g := &gated{Driver: padlock.GoRedisDriver(e.rdb), slow: e.key + ":slow:", open: make(chan struct{})}
+	d := &stalling{gated: g, stall: e.key, stalled: make(chan struct{}), resume: make(chan struct{})}
+	c := padlock.NewDriver(d)
+	defer c.Close()
+	wait := holdUp(t, c, g)
+	ctx, cancel := context.WithCancel(e.ctx)
+	type result struct {
+		l   *padlock.Lock
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := c.TryAcquire(ctx, e.key, 10*time.Second)
+		done <- result{l, err}
+	}()
+	// The 8 in flight come back; the one that waited goes (alone, as Do)
+	// and stalls on its way.
+	require.Eventually(t, func() bool { return padlock.PipelineWaiting(c) == 1 }, 5*time.Second, time.Millisecond)
+	close(g.open)
+	wait()
+	select {
+	case <-d.stalled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the script that waited was not sent")
+	}
+	cancel()
+	select {
+	case r := <-done:
+		t.Fatalf("TryAcquire returned (%v, %v) before its script ran", r.l, r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(d.resume)
+	r := <-done
+	if r.err == nil {
+		require.NoError(t, r.l.Release(e.ctx))
+	}
+	assert.False(t, e.mr.Exists(e.key), "the key is not left held")
+}

@@ -69,7 +69,7 @@ type notifier struct {
 	leaves   []departure   // the leaves of waiters that ended once closed, for Close to send
 	departed bool          // Close took leaves: a waiter that ends later leaves by itself
 	queues   map[string]*keyQueue
-	keys     atomic.Int32 // len(queues), for a release to see without mu that nobody waits here
+	keys     atomic.Int32           // len(queues), for a release to see without mu that nobody waits here
 	tokens   map[string]*waiter     // the one way's waiters, by token
 	tickets  map[*lease]*waiter     // the leases of their tickets, to their waiters (see tickets.go)
 	subs     map[string]*subscriber // by routing group, see group
