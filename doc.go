@@ -17,7 +17,10 @@
 // (122 random bits from crypto/rand, unless chosen) can release or extend it: Release, Extend and
 // TTL compare the token inside one Lua script, and never touch another
 // holder's lock; Extend never brings back a lock that has expired. TryAcquire,
-// Release, Extend and TTL cost one round trip each. WithToken lets the
+// Release, Extend and TTL cost one round trip each; when more than 8 of a
+// Client's run at once on one node, those that come wait and go together
+// in one pipeline as soon as one is back, each script still running as it
+// would alone. WithToken lets the
 // caller choose the token (a job id), Client.Resume picks a lock up by its
 // token in another process, and Client.Break ends a stuck lock for an
 // operator, advancing its fence counter.

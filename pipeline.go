@@ -67,7 +67,6 @@ type call struct {
 	reply any
 	err   error
 	done  chan struct{} // one value, once the reply is in
-	taken bool          // it went in a batch (under its lane's mu)
 }
 
 // calls are the calls that finished, for the next (see Do).
@@ -91,7 +90,7 @@ func (p *pipeline) Do(ctx context.Context, key string, args ...any) (any, error)
 		return reply, err
 	}
 	c := calls.Get().(*call)
-	c.ctx, c.key, c.args, c.taken = ctx, key, args, false
+	c.ctx, c.key, c.args = ctx, key, args
 	ln.next = append(ln.next, c)
 	ln.mu.Unlock()
 	select {
@@ -130,10 +129,12 @@ func (p *pipeline) laneOf(ctx context.Context, key string) *lane {
 func (ln *lane) leave(c *call) (taken bool) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	if !c.taken {
-		ln.next = slices.DeleteFunc(ln.next, func(n *call) bool { return n == c })
+	i := slices.Index(ln.next, c)
+	if i < 0 {
+		return true
 	}
-	return c.taken
+	ln.next = slices.Delete(ln.next, i, i+1)
+	return false
 }
 
 // take returns the calls that wait in ln, as a batch, or, with none,
@@ -147,9 +148,6 @@ func (ln *lane) take() []*call {
 		return nil
 	}
 	ln.next = nil
-	for _, c := range b {
-		c.taken = true
-	}
 	return b
 }
 

@@ -79,19 +79,15 @@ func (s *luaScript) known(ctx context.Context, r doer, key string) any {
 	return s.digest()
 }
 
-// Run runs s on r with keys and args: EVALSHA, or EVAL when the digest is
-// not known or the server answers NOSCRIPT. It returns the script's reply.
+// Run runs s on r with keys and args, as evalsha does, and returns the
+// script's reply.
 func (s *luaScript) Run(ctx context.Context, r doer, keys []string, args ...any) (any, error) {
-	key := ""
-	if len(keys) > 0 {
-		key = keys[0]
+	cmd := make([]any, 0, 3+len(keys)+len(args))
+	cmd = append(cmd, "evalsha", s.digest(), numKeysArg(len(keys)))
+	for _, k := range keys {
+		cmd = append(cmd, k)
 	}
-	eval := s.known(ctx, r, key) == nil
-	reply, err := r.Do(ctx, key, s.command(keys, args, eval)...)
-	if !eval && isNoScript(err) {
-		return r.Do(ctx, key, s.command(keys, args, true)...)
-	}
-	return reply, err
+	return evalsha(ctx, r, s, append(cmd, args...))
 }
 
 // command is s as a command: ["evalsha", digest, numkeys, keys...,
@@ -167,12 +163,16 @@ type doer interface {
 }
 
 // evalsha runs s as a command built as ["evalsha", digest, numkeys,
-// keys..., args...], with its arguments boxed once by the caller rather
-// than on every call; digest may be nil, if it was not known when the
-// caller built them. On NOSCRIPT (a new or flushed server) it sends the
+// keys..., args...] (the acquire script's boxed once per Lock, see
+// newLock; Run's per call); digest may be nil, if it was not known when
+// the caller built them: it is learned then (SCRIPT LOAD), or the command
+// goes as EVAL if that fails. On NOSCRIPT (a new or flushed server) it sends the
 // same as EVAL with the script's source, which also loads it.
 func evalsha(ctx context.Context, r doer, s *luaScript, args []any) (any, error) {
-	key, _ := args[3].(string) // every caller has a key
+	key := "" // a script with no key may go to any primary
+	if args[2] != numKeys[0] {
+		key, _ = args[3].(string)
+	}
 	if args[1] == nil {
 		sha := s.known(ctx, r, key)
 		args = append([]any{"evalsha", sha}, args[2:]...)
