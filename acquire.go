@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,18 +24,24 @@ import (
 // Redis or context error is returned wrapped, never as ErrNotAcquired. A
 // failed call never leaves the lock held: when the outcome of the attempt is
 // unknown (a lost reply), TryAcquire deletes what it may have taken before
-// returning (unless the token was chosen with WithToken: see there).
+// returning, or, if ctx ended while the attempt was in flight, in the
+// background once the Redis client is done with it, so that the delete
+// cannot overtake the attempt (unless the token was chosen with WithToken:
+// see there). TryAcquire returns by ctx's deadline whatever Redis does.
 //
-// ttl is rounded up to whole milliseconds, the resolution Redis keeps.
+// ttl is rounded up to whole milliseconds, the resolution Redis keeps; a
+// ttl under 1ms or over about 292 years (the largest whole number of
+// milliseconds a time.Duration holds) is ErrInvalid. On a closed Client
+// it returns ErrClosed and makes no round trip (see Close).
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	l, _, err := c.newLock(ctx, key, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
 	if l.observer() != nil {
-		return observeAcquire(ctx, l, false, c.tryAcquire)
+		return c.holding(observeAcquire(ctx, l, false, c.tryAcquire))
 	}
-	return c.tryAcquire(ctx, l)
+	return c.holding(c.tryAcquire(ctx, l))
 }
 
 // tryAcquire is TryAcquire (and TryAcquireMany) once l is built.
@@ -83,7 +90,9 @@ func (l *Lock) lockName() any {
 //
 // On success it returns the Lock. When ctx ends while it waits for another
 // holder, it returns an error that matches both ErrNotAcquired and
-// ctx.Err(); when the Client is closed, one that matches ErrClosed. Bad input returns ErrInvalid; a Redis error (or ctx ending
+// ctx.Err(); when the Client is closed (before the call, with no round
+// trip, or while it waits), one that matches ErrClosed. Bad input
+// returns ErrInvalid (a ttl as TryAcquire's); a Redis error (or ctx ending
 // before any attempt found the lock held) ends the call at once and is
 // returned wrapped, never as ErrNotAcquired: an outage is not contention. A
 // failed call never leaves the lock held (unless the token was chosen with
@@ -93,7 +102,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if err != nil {
 		return nil, err
 	}
-	return c.acquireObserved(ctx, l, o)
+	return c.holding(c.acquireObserved(ctx, l, o))
 }
 
 // acquireObserved is acquireWaiting, between the observer's calls if l has
@@ -134,7 +143,10 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 	if err != nil {
 		return nil, o, err
 	}
-	if err := o.checkHold(key); err != nil {
+	if err := c.open("acquire", key); err != nil {
+		return nil, o, err
+	}
+	if o, err = o.checkHold(key); err != nil {
 		return nil, o, err
 	}
 	if err := o.checkReplicas(); err != nil {
@@ -165,27 +177,29 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 			l.keys[3] = sideKey(key, "mins") // a minimum it takes, or its token may hold with
 		}
 	}
-	l.value = o.tokenPrefix + newToken()
+	chosen := ""
 	if o.tokenSet {
 		if err := checkToken(o.token); err != nil {
 			return nil, o, err
 		}
-		l.value = o.token
+		chosen = o.token
 		if l.x == nil {
 			l.x = &lockExtra{}
 		}
 		l.x.chosen = true
 	}
-	if o.metadata != "" {
-		l.value += " " + o.metadata
+	if o.tokenPrefix != "" && l.x == nil {
+		l.x = &lockExtra{} // a leadership's: its Proclaim's value (see Client.Local)
 	}
+	ttlArg := c.boxTTL(ttl)
+	l.value = holdValue(o.tokenPrefix, chosen, ttlArg.span, o.metadata)
 	if o.limitSet || o.shared {
 		if err := c.newCounting(l, o); err != nil {
 			return nil, o, err
 		}
 	}
 	// The script arguments, boxed once for every call of this lock.
-	l.args[0], l.args[1] = l.value, c.ttlArg(ttl)
+	l.args[0], l.args[1] = l.value, ttlArg.arg
 	var key0 any = key
 	tk := l.tryKeys()
 	l.acqCmd = make([]any, 0, 3+len(tk)+3)
@@ -203,18 +217,56 @@ func (c *Client) newLock(ctx context.Context, key string, ttl time.Duration, opt
 // newToken returns a random UUIDv4 string: 122 random bits from
 // crypto/rand.
 func newToken() string {
+	t := tokenText()
+	return string(t[:])
+}
+
+// tokenText is a new random token (see newToken), as text.
+func tokenText() [36]byte {
 	var u uuid.UUID
 	_, _ = rand.Read(u[:])  // never fails, and always fills u
 	u[6] = u[6]&0x0f | 0x40 // version 4
 	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
-	return u.String()
+	var t [36]byte
+	const hex = "0123456789abcdef"
+	j := 0
+	for i, b := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			t[j] = '-'
+			j++
+		}
+		t[j], t[j+1] = hex[b>>4], hex[b&0x0f]
+		j += 2
+	}
+	return t
+}
+
+// holdValue is a new lock's value (see parseValue), in one allocation: the
+// chosen token, or prefix and a new random one; the span; and, if any, a
+// space and the metadata.
+func holdValue(prefix, chosen, span, metadata string) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + 36 + len(chosen) + len(span) + 1 + len(metadata))
+	if chosen != "" {
+		b.WriteString(chosen)
+	} else {
+		t := tokenText()
+		b.WriteString(prefix)
+		b.Write(t[:])
+	}
+	b.WriteString(span)
+	if metadata != "" {
+		b.WriteByte(' ')
+		b.WriteString(metadata)
+	}
+	return b.String()
 }
 
 // attempt runs the acquire script once for l. On success it records the
 // fence and the send time in l and returns nil. When someone else holds the
 // lock it returns ErrNotAcquired and the holder's remaining ttl (negative
 // if unknown). Any other error is wrapped; if the script may have run, the
-// lock is released again before attempt returns.
+// lock is released again (see Lock.undo).
 func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	if l.counted() != nil {
 		return c.tryQueued(ctx, l)
@@ -234,7 +286,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	}
 	if err != nil {
 		if mayHaveRun(err) {
-			l.undo(ctx)
+			l.undo(ctx, err)
 		}
 		return 0, opError("acquire", l.key, err)
 	}
@@ -243,7 +295,7 @@ func (c *Client) attempt(ctx context.Context, l *Lock) (time.Duration, error) {
 	}
 	if conn != nil {
 		if err := l.replicated(ctx, conn); err != nil {
-			l.cleanup(ctx)
+			l.c.after(ctx, err, l.cleanup)
 			return 0, err
 		}
 	}
@@ -264,16 +316,16 @@ func (l *Lock) acquired(ctx context.Context, sent time.Time, fence int64) error 
 	l.fence, l.sent = fence, sent
 	l.took(sent, sent, l.minHold())
 	left := time.Until(l.deadline())
-	if left >= l.ttl*minValidity/100 && l.c.nodes == nil {
+	if left >= l.ttl/100*minValidity && l.c.nodes == nil {
 		// Done with: let a long-held lock be smaller. (A waiter whose
 		// lock came too late attempts again with it; a Redlock node that
 		// has not answered yet may still be sending it.)
 		l.acqCmd = nil
 	}
 	l.mu.Unlock()
-	if left < l.ttl*minValidity/100 {
+	if left < l.ttl/100*minValidity {
 		what := "left to its token" // see undo
-		if l.undo(ctx) {
+		if l.undo(ctx, nil) {
 			what = "released"
 		}
 		return fmt.Errorf("%w: %q: taken with only %v of its %v ttl left (the round trip took %v); %s",
@@ -285,9 +337,11 @@ func (l *Lock) acquired(ctx context.Context, sent time.Time, fence int64) error 
 // mayHaveRun reports whether a call that failed with err may still have
 // run in Redis: not if Redis answered with an error (padlock's scripts and
 // SET fail before their first write, if at all), nor if no connection could
-// be made; otherwise (a timeout, a lost reply, a cancelled context) it may.
+// be made, nor if the caller's context ended before it was sent;
+// otherwise (a timeout, a lost reply, a context that ended while it was in
+// flight) it may.
 func mayHaveRun(err error) bool {
-	if isRedisError(err) {
+	if isRedisError(err) || notSent(err) {
 		return false
 	}
 	var nerr *net.OpError
@@ -322,7 +376,7 @@ func (l *Lock) attemptWith(ctx context.Context, run func(r doer) (any, error)) (
 	}
 	if err != nil {
 		if mayHaveRun(err) {
-			l.undo(ctx)
+			l.undo(ctx, err)
 		}
 		return 0, opError("acquire", l.key, err)
 	}
@@ -331,7 +385,7 @@ func (l *Lock) attemptWith(ctx context.Context, run func(r doer) (any, error)) (
 	if code == 1 {
 		if conn != nil {
 			if err := l.replicated(ctx, conn); err != nil {
-				l.cleanup(ctx)
+				l.c.after(ctx, err, l.cleanup)
 				return 0, err
 			}
 		}

@@ -42,6 +42,7 @@ func TestExponentialBackoff(t *testing.T) {
 
 // One Backoff value shared by many goroutines: stateless, so no race.
 func TestBackoffIsSharable(t *testing.T) {
+	t.Parallel()
 	b := padlock.ExponentialBackoff(time.Millisecond, time.Second)
 	var wg sync.WaitGroup
 	for range 8 {

@@ -2,6 +2,7 @@ package padlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -64,6 +65,7 @@ type NodeInfo struct {
 	Server          string   // "redis", "valkey", or "miniredis" (a test server in the process)
 	Version         string   // the server's own version ("8.0.1" for Valkey 8.0.1)
 	Role            string   // "master" or "replica"
+	Primary         string   // a replica's primary, host:port (INFO's master_host and master_port)
 	Replicas        int      // replicas connected to it
 	Cluster         bool     // cluster mode is on
 	ShardedPubSub   bool     // SPUBLISH and SSUBSCRIBE exist (Redis 7.0+, Valkey)
@@ -71,6 +73,7 @@ type NodeInfo struct {
 	AppendFsync     string   // "always", "everysec" or "no"
 	MaxMemory       int64    // bytes; 0 for no limit
 	MaxMemoryPolicy string   // "noeviction", "volatile-lru", ...
+	UsedMemory      int64    // bytes in use (INFO's used_memory)
 	NotChecked      []string // facts not read: "server", "replication", "persistence", "memory", "cluster", "appendfsync"
 	Err             error    // why the node could not be reached, or nil
 }
@@ -86,7 +89,7 @@ type Step struct {
 type Finding struct {
 	Severity Severity
 	Node     string // the node's address, or "" for the deployment as a whole
-	Topic    string // "eviction", "persistence", "replication", "acl", "cycle", "server", "settings" or "key"
+	Topic    string // "eviction", "memory", "persistence", "replication", "acl", "cycle", "server", "settings" or "key"
 	Problem  string // what can go wrong, in one sentence
 	Fix      string // what to set to fix it ("" when there is nothing to fix)
 }
@@ -113,13 +116,17 @@ const (
 // with a finding. Use a key of its own, like "lock:padlock-doctor".
 //
 // Settings the user may not read are listed as not checked, never an
-// error. Check returns an error only for bad input (ErrInvalid), when no
+// error. Check returns an error only for bad input (ErrInvalid), on a
+// closed Client (ErrClosed, with no round trip: its cycle takes a lock), when no
 // node can be reached or a Cluster's masters cannot be listed, or when ctx
 // ends (wrapped); the Report then holds what was found.
 func (c *Client) Check(ctx context.Context, key string) (Report, error) {
 	r := Report{Key: key}
 	if _, err := c.check(ctx, key, time.Millisecond); err != nil {
 		return r, err
+	}
+	if err := c.open("check", key); err != nil {
+		return r, err // its cycle takes a lock
 	}
 	if !queueable(key) {
 		return r, fmt.Errorf("%w: Check needs a key with a hash tag or without braces, got %q", ErrInvalid, key)
@@ -175,214 +182,21 @@ func (c *Client) Check(ctx context.Context, key string) (Report, error) {
 			Problem: "the lock cycle did not run: without DEL it could not delete what it writes", Fix: "add +del"})
 	case ctx.Err() == nil:
 		r.Cycle, r.Findings = c.checkCycle(ctx, key, live, r.Findings)
+		if slices.ContainsFunc(r.Cycle, func(s Step) bool { return errors.Is(s.Err, ErrOutOfMemory) }) {
+			r.Findings = refusedForMemory(r.Findings, r.Nodes)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return r, fmt.Errorf("padlock: check: %w", err)
 	}
+	for i := range r.Findings {
+		// A sentence each, without its period (an error's text may end
+		// with one): a reader adds it.
+		f := &r.Findings[i]
+		f.Problem, f.Fix = strings.TrimRight(f.Problem, ". "), strings.TrimRight(f.Fix, ". ")
+	}
 	slices.SortStableFunc(r.Findings, func(a, b Finding) int { return int(b.Severity) - int(a.Severity) })
 	return r, nil
-}
-
-// checkNodes returns every node the Client's locks live on (each node of a
-// Redlock, or a Cluster's masters, or the one server), by address.
-func (c *Client) checkNodes(ctx context.Context) ([]driver.Node, error) {
-	var out []driver.Node
-	for _, d := range c.pubsubNodes() {
-		nodes, err := d.Nodes(ctx)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, nodes...)
-	}
-	slices.SortStableFunc(out, func(a, b driver.Node) int { return strings.Compare(a.Addr, b.Addr) })
-	return out, nil
-}
-
-// isTestServer reports whether d is miniredis, an in-process test server
-// (padlocktest's, the demo's), whose INFO (which answered err) has no
-// server section.
-func isTestServer(ctx context.Context, d driver.Driver, err error) bool {
-	if err != nil {
-		return false
-	}
-	_, err = d.Do(ctx, "", "info", "server")
-	return err != nil && strings.Contains(err.Error(), "section (server) is not supported")
-}
-
-// readNode reads what Check reports of one node: INFO, and CONFIG GET
-// appendfsync.
-func readNode(ctx context.Context, node driver.Node) NodeInfo {
-	n, d := NodeInfo{Addr: node.Addr}, node.Driver
-	reply, err := d.Do(ctx, "", "info")
-	if err != nil && (!isRedisError(err) || isAuthError(err)) {
-		n.Err = err
-		return n
-	}
-	text, _ := reply.(string)
-	if !strings.Contains(n.Addr, ":") {
-		// A failover client's Addr is "FailoverClient": ask the server
-		// which address it was reached at.
-		if ci, err := d.Do(ctx, "", "client", "info"); err == nil {
-			for _, f := range strings.Fields(fmt.Sprint(ci)) {
-				if a, ok := strings.CutPrefix(f, "laddr="); ok {
-					n.Addr = a
-				}
-			}
-		}
-	}
-	info := map[string]string{}
-	for _, line := range strings.Split(text, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			info[k] = v
-		}
-	}
-	readInfo(ctx, d, err, info, &n)
-	if v := configValue(d.Do(ctx, "", "config", "get", "appendfsync")); v != "" {
-		n.AppendFsync = v
-	} else {
-		n.NotChecked = append(n.NotChecked, "appendfsync")
-	}
-	return n
-}
-
-// readInfo reads into n the facts of info, INFO's fields (INFO answered
-// err).
-func readInfo(ctx context.Context, d driver.Driver, err error, info map[string]string, n *NodeInfo) {
-	// Each section's fact, read if its field is there.
-	if v, ok := info["redis_version"]; ok {
-		n.Server, n.Version = "redis", v
-		if info["server_name"] == "valkey" {
-			n.Server, n.Version = "valkey", info["valkey_version"]
-		}
-		var major int
-		_, _ = fmt.Sscanf(v, "%d.", &major)
-		n.ShardedPubSub = major >= 7 // Valkey reports the Redis version it is compatible with, 7.2 or later
-	} else if isTestServer(ctx, d, err) {
-		n.Server = "miniredis"
-	} else {
-		n.NotChecked = append(n.NotChecked, "server")
-	}
-	// field is info's field, if the section it is in was there; else the
-	// section is not checked.
-	field := func(name, section string) (string, bool) {
-		v, ok := info[name]
-		if !ok {
-			n.NotChecked = append(n.NotChecked, section)
-		}
-		return v, ok
-	}
-	if v, ok := field("role", "replication"); ok {
-		n.Role = strings.Replace(v, "slave", "replica", 1)
-		n.Replicas, _ = strconv.Atoi(info["connected_slaves"])
-	}
-	if v, ok := field("aof_enabled", "persistence"); ok {
-		n.AOF = v == "1"
-	}
-	if v, ok := field("maxmemory", "memory"); ok {
-		n.MaxMemory, _ = strconv.ParseInt(v, 10, 64)
-		n.MaxMemoryPolicy = info["maxmemory_policy"]
-	}
-	if v, ok := field("cluster_enabled", "cluster"); ok {
-		n.Cluster = v == "1"
-	}
-}
-
-// configValue is the value of the one parameter of a CONFIG GET's reply
-// (an array of name and value, or a map in RESP3), or "" if it failed.
-func configValue(reply any, err error) string {
-	if err != nil {
-		return ""
-	}
-	switch v := reply.(type) {
-	case []any:
-		if len(v) == 2 {
-			s, _ := v[1].(string)
-			return s
-		}
-	case map[string]any:
-		for _, e := range v {
-			s, _ := e.(string)
-			return s
-		}
-	}
-	return ""
-}
-
-// isAuthError reports whether err is Redis refusing the Client's
-// credentials: nothing can be checked as that user.
-func isAuthError(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "invalid password")
-}
-
-// Servers and versions that padlock's CI tests; newer ones are expected to
-// work.
-var testedUpTo = map[string][2]int{"redis": {8, 0}, "valkey": {8, 0}}
-
-// nodeFindings are the findings about one node's settings.
-func (c *Client) nodeFindings(n NodeInfo) []Finding {
-	var fs []Finding
-	add := func(s Severity, topic, problem, fix string) {
-		fs = append(fs, Finding{Severity: s, Node: n.Addr, Topic: topic, Problem: problem, Fix: fix})
-	}
-	if n.Err != nil {
-		sev := Danger
-		if c.nodes != nil {
-			sev = Warning // a Redlock survives a minority; the quorum is checked apart
-		}
-		add(sev, "server", fmt.Sprintf("the node cannot be reached: %v", n.Err), "check the address, the network and that the server runs")
-		return fs
-	}
-	if n.Server == "miniredis" {
-		add(Info, "server", "a test server in this process (miniredis, as padlocktest and padlock demo run): its locks are for tests; its settings are not checked", "")
-		return fs
-	}
-	if len(n.NotChecked) > 0 {
-		add(Info, "settings", fmt.Sprintf("not checked: %s (INFO or CONFIG GET refused to this user, or unknown to the server)", strings.Join(n.NotChecked, ", ")),
-			"check these settings with your provider, or run Check as a user allowed +info and +config|get")
-	}
-	if n.Version != "" {
-		var major, minor int
-		_, _ = fmt.Sscanf(n.Version, "%d.%d", &major, &minor)
-		switch up := testedUpTo[n.Server]; {
-		case n.Server == "redis" && major < 6:
-			add(Danger, "server", fmt.Sprintf("Redis %s is too old: every padlock call fails with ErrUnsupported", n.Version), "upgrade to Redis 6.0 or later, or Valkey 7.2 or later")
-		case major > up[0] || major == up[0] && minor > up[1]:
-			add(Info, "server", fmt.Sprintf("%s %s is newer than the releases padlock's CI tests (up to %d.%d); it is expected to work", n.Server, n.Version, up[0], up[1]), "")
-		}
-	}
-	switch {
-	case n.MaxMemory > 0 && strings.HasPrefix(n.MaxMemoryPolicy, "allkeys-"):
-		add(Danger, "eviction", fmt.Sprintf("maxmemory-policy %s evicts any key under memory pressure: a held lock (a second holder gets it) and a fence counter (fences start again at 1)", n.MaxMemoryPolicy),
-			"CONFIG SET maxmemory-policy noeviction, or keep locks on a Redis of their own without maxmemory")
-	case n.MaxMemory > 0 && strings.HasPrefix(n.MaxMemoryPolicy, "volatile-"):
-		add(Danger, "eviction", fmt.Sprintf("maxmemory-policy %s evicts keys with a TTL under memory pressure, and every held lock has one: a second holder can get a lock that is still held", n.MaxMemoryPolicy),
-			"CONFIG SET maxmemory-policy noeviction, or keep locks on a Redis of their own without maxmemory")
-	}
-	switch {
-	case slices.Contains(n.NotChecked, "persistence"):
-	case !n.AOF:
-		add(Warning, "persistence", "appendonly is off: a restart loses every lock (a second holder can take one that is still in use) and resets every fence counter",
-			"CONFIG SET appendonly yes and appendfsync always (or restart no sooner than the longest lock ttl)")
-	case n.AppendFsync == "everysec" || n.AppendFsync == "no":
-		add(Warning, "persistence", fmt.Sprintf("appendfsync %s: a crash can lose the locks and fences of the last second or more", n.AppendFsync),
-			"CONFIG SET appendfsync always")
-	}
-	want := c.opts.replicas
-	switch {
-	case n.Role == "replica":
-		add(Danger, "replication", "the Client talks to a replica: every acquire fails (replicas refuse writes)", "point the Client at the primary")
-	case n.Replicas > 0 && want == 0:
-		add(Warning, "replication", fmt.Sprintf("the primary has %d replica(s) and the Client does not wait for them: a failover to a replica that had not received a lock yet gives it to a second holder", n.Replicas),
-			fmt.Sprintf("padlock.WithReplicas(%d, timeout) on the Client, and fencing for writes that must not overlap", n.Replicas))
-	case want > n.Replicas && !slices.Contains(n.NotChecked, "replication"):
-		add(Danger, "replication", fmt.Sprintf("WithReplicas(%d) waits for %d replica(s) and the primary has %d: every acquire fails with ErrNotReplicated", want, want, n.Replicas),
-			fmt.Sprintf("attach replicas, or use WithReplicas(%d, timeout)", n.Replicas))
-	}
-	if n.Cluster && !n.ShardedPubSub && !slices.Contains(n.NotChecked, "server") {
-		add(Info, "server", "a Cluster without sharded pub/sub (before Redis 7.0): every release notification goes to every node", "upgrade to Redis 7.0 or later")
-	}
-	return fs
 }
 
 // aclCommands are the commands padlock sends, directly or from its
@@ -391,7 +205,7 @@ func (c *Client) nodeFindings(n NodeInfo) []Finding {
 var aclCommands = []string{
 	"evalsha", "eval", "script|load", "get", "mget", "set", "del", "exists", "type", "pexpire", "pttl", "incr", "time",
 	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyscore", "zscore", "zcard", "zcount",
-	"hset", "hget", "hdel", "publish", "spublish", "subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "ping", "hello",
+	"hset", "hget", "hdel", "publish", "spublish", "subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "ping", "hello", "scan",
 }
 
 // A probe is the harmless call Check makes to see whether the user may
@@ -424,6 +238,7 @@ func probes(p, z, h string, proto int) []probe {
 		{"zremrangebyscore", []any{"zremrangebyscore", z, 5, 5}}, {"zrem", []any{"zrem", z, "m"}},
 		{"hset", []any{"hset", h, "f", "v"}}, {"pexpire", []any{"pexpire", h, ttl}}, {"hget", []any{"hget", h, "f"}}, {"hdel", []any{"hdel", h, "f"}},
 		{"publish", []any{"publish", p, "padlock-check"}}, {"spublish", []any{"spublish", p, "padlock-check"}},
+		{"scan", []any{"scan", 0, "match", p, "count", 1}},
 		{"del", []any{"del", p, z, h}},
 	}
 }
@@ -495,6 +310,10 @@ func (c *Client) checkCommands(ctx context.Context, key string, targets []driver
 			case what == "channel":
 				f.Problem = fmt.Sprintf("the Redis user may not use the channels named like %q (%s): its waiters are not woken by releases", key, msg)
 				f.Fix = fmt.Sprintf("admit the channels: &%s* (or a pattern that covers them, like the README's &lock:*)", key)
+			case name == "scan":
+				f.Severity = Warning // the locks work; only listing them fails
+				f.Problem = fmt.Sprintf("the Redis user may not run SCAN (%s): Client.Locks, padlock list, top and serve cannot list the locks", msg)
+				f.Fix = "add +scan to the user's rule (the README's minimal ACL rule has it)"
 			case name == "hello":
 				f.Severity = Warning // go-redis falls back to AUTH
 				f.Problem = fmt.Sprintf("the Redis user may not run HELLO (%s): each new connection costs a refused command and a fallback to AUTH", msg)
@@ -547,8 +366,23 @@ func quotedCommand(msg string) string {
 // probeSubscribe subscribes to channel on a connection of its own, sharded
 // (SSUBSCRIBE) or not, and unsubscribes, and returns the errors by
 // command. A server that does not know the commands is not an error.
+// It returns by ctx's deadline, whatever Redis does.
 func probeSubscribe(ctx context.Context, r driver.Driver, sharded bool, channel string) map[string]error {
 	ctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+	defer cancel()
+	wait := until(ctx)
+	errs, err := within(ctx, func(ctx context.Context) (map[string]error, error) {
+		return probeSubscribeOn(ctx, wait, r, sharded, channel), nil
+	}, nil)
+	if err != nil {
+		return map[string]error{"subscribe": err}
+	}
+	return errs
+}
+
+// probeSubscribeOn is probeSubscribe, its Receives waiting up to wait.
+func probeSubscribeOn(ctx context.Context, wait time.Duration, r driver.Driver, sharded bool, channel string) map[string]error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	sub, unsub := "subscribe", "unsubscribe"
 	if sharded {
@@ -560,7 +394,7 @@ func probeSubscribe(ctx context.Context, r driver.Driver, sharded bool, channel 
 	}
 	defer ps.Close()
 	if err = ps.Subscribe(ctx, sharded, channel); err == nil {
-		_, err = ps.Receive(ctx, until(ctx))
+		_, err = ps.Receive(ctx, wait)
 	}
 	if err != nil {
 		if isUnknownCommand(err) {

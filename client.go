@@ -3,7 +3,9 @@ package padlock
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,12 +17,13 @@ import (
 // cleanupTimeout bounds the round trips padlock makes on a caller's behalf
 // after the caller's own context may have ended: undoing an acquire whose
 // outcome is unknown, and releasing the lock at the end of Do. When the
-// caller's context has already ended, undoing an acquire gets only
-// lateCleanupTimeout, so that Acquire returns close to its deadline; if
-// Redis cannot answer that fast, the lock's ttl frees it.
+// caller's context has already ended, undoing an acquire (or leaving a
+// queue) waits only lateCleanupTimeout, so that Acquire returns close to
+// its deadline; a round trip Redis has not answered by then goes on in the
+// background (see inflight.go).
 const (
 	cleanupTimeout     = 2 * time.Second
-	lateCleanupTimeout = 100 * time.Millisecond
+	lateCleanupTimeout = 50 * time.Millisecond
 )
 
 // A Client takes locks in one Redis deployment. It is safe for concurrent
@@ -32,6 +35,7 @@ type Client struct {
 	pipe      *pipeline     // what a lock's scripts go through: d, pipelined (see pipeline.go)
 	kind      driver.Kind   // d's Kind
 	lastTTL   atomic.Pointer[boxedTTL]
+	holds     holdList // the Locks it holds, for Local
 	opts      options
 	notify    notifier
 	sched     scheduler
@@ -41,10 +45,12 @@ type Client struct {
 	borrowed  bool            // the drivers are another Client's (see sibling): Close leaves what they own
 	calls     dispatcher      // runs the observer's funcs for the background work (see observe)
 	nodeCalls tracker         // calls to Redlock nodes not waited for (see onNodes)
+	late      tracker         // follow-ups of calls left in flight (see Client.after)
 	observers tracker         // Observe's goroutines
 	life      context.Context // done once Close is called: ends every Observe
 	end       context.CancelFunc
-	closing   sync.Once // runs close once; other Close calls wait for it
+	closing   sync.Once   // runs close once; other Close calls wait for it
+	shut      atomic.Bool // Close was called: nothing more is taken, waited for, extended or kept alive
 }
 
 // NewDriver returns a Client that takes locks through d: a Redis client
@@ -73,17 +79,33 @@ func NewDriver(d driver.Driver, opts ...Option) *Client {
 // Driver's Kind once; it does not contact Redis and starts no goroutine.
 // The Client never closes the Drivers.
 func NewDriverRedlock(ds []driver.Driver, opts ...Option) *Client {
-	if len(ds) == 0 || slices.ContainsFunc(ds, func(d driver.Driver) bool { return isNil(d) }) {
-		return refusing(errNilDriver, opts)
+	if err := nilIn("NewDriverRedlock", "driver.Driver", ds); err != nil {
+		return refusing(err, opts)
 	}
 	return newClient(ds[0], slices.Clone(ds), opts)
 }
 
-// Why a Client was given nothing to talk to.
+// Why a Client cannot be used: a nil *Client (a method called on one), or
+// a Client that was given nothing to talk to.
 var (
-	errNilClient = fmt.Errorf("%w: nil redis client", ErrInvalid)
-	errNilDriver = fmt.Errorf("%w: nil driver", ErrInvalid)
+	errNilClient = fmt.Errorf("%w: a nil *padlock.Client (make one with padlock.New, NewRedlock, NewDriver or NewDriverRedlock)", ErrInvalid)
+	errNilRedis  = fmt.Errorf("%w: padlock.New was given a nil go-redis client", ErrInvalid)
+	errNilDriver = fmt.Errorf("%w: padlock.NewDriver was given a nil driver.Driver", ErrInvalid)
 )
+
+// nilIn returns ErrInvalid, for the constructor fn, if clients is empty or
+// holds a nil one (what: what fn takes), or nil.
+func nilIn[T any](fn, what string, clients []T) error {
+	if len(clients) == 0 {
+		return fmt.Errorf("%w: padlock.%s was given no %ss", ErrInvalid, fn, what)
+	}
+	for i, c := range clients {
+		if isNil(c) {
+			return fmt.Errorf("%w: padlock.%s was given a nil %s (at index %d)", ErrInvalid, fn, what, i)
+		}
+	}
+	return nil
+}
 
 // newClient returns a Client of d, or of a Redlock's nodes (d the first).
 func newClient(d driver.Driver, nodes []driver.Driver, opts []Option) *Client {
@@ -107,8 +129,11 @@ func newClient(d driver.Driver, nodes []driver.Driver, opts []Option) *Client {
 // use makes c talk to d, or to a Redlock's nodes (d the first), of kinds
 // (those of pubsubNodes).
 func (c *Client) use(d driver.Driver, nodes []driver.Driver, kinds []driver.Kind) {
-	c.d, c.nodes, c.kinds, c.kind = d, nodes, kinds, kinds[0]
-	c.pipe = newPipeline(d)
+	c.d, c.kinds, c.kind = bound(d), kinds, kinds[0]
+	for _, n := range nodes {
+		c.nodes = append(c.nodes, bound(n))
+	}
+	c.pipe = newPipeline(c.d.(bounded).Driver)
 	if c.kind == driver.Cluster {
 		// On a Cluster a Client listens with plain pub/sub (see groupOn):
 		// its tickets say so to the scripts that tell it of a grant.
@@ -122,29 +147,31 @@ func refusing(refused error, opts []Option) *Client {
 	c := &Client{opts: defaultOptions().with(opts), refused: refused}
 	c.life, c.end = context.WithCancel(context.Background())
 	c.sched.c = c
+	c.sched.life, c.sched.end = context.WithCancel(context.Background())
 	c.notify.id = newToken()[:8]
 	c.notify.quiet = pubsubQuiet
 	return c
 }
 
-// ttlArg returns ttl in milliseconds as a script argument. Boxing an
-// int64 allocates; locks of one Client mostly share one ttl, so the last
-// box is kept for the next call.
-func (c *Client) ttlArg(ttl time.Duration) any {
+// boxTTL returns ttl in milliseconds boxed as a script argument, and as a
+// hold's span. Boxing an int64 allocates; locks of one Client mostly
+// share one ttl, so the last box is kept for the next call.
+func (c *Client) boxTTL(ttl time.Duration) *boxedTTL {
 	ms := ttl.Milliseconds()
 	if b := c.lastTTL.Load(); b != nil && b.ms == ms {
-		return b.arg
+		return b
 	}
-	b := &boxedTTL{ms: ms, arg: ms}
+	b := &boxedTTL{ms: ms, arg: ms, span: " ~" + strconv.FormatInt(ms, 10)}
 	c.lastTTL.Store(b)
-	return b.arg
+	return b
 }
 
-// boxedTTL is a ttl in milliseconds and the same number as a script
-// argument.
+// boxedTTL is a ttl in milliseconds, the same number as a script
+// argument, and as a new hold's span in its value (see parseValue).
 type boxedTTL struct {
-	ms  int64
-	arg any
+	ms   int64
+	arg  any
+	span string
 }
 
 func (c *Client) defaults() options {
@@ -170,14 +197,41 @@ func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time
 	return roundTTL(ttl)
 }
 
+// open returns ErrClosed, naming the call op on key, if c is closed, or
+// nil: a call that would take, wait for, extend or keep alive a lock makes
+// no round trip then.
+func (c *Client) open(op string, key any) error {
+	if c.shut.Load() {
+		return fmt.Errorf("%w: %s %q after Close", ErrClosed, op, key)
+	}
+	return nil
+}
+
+// maxTTL is the longest ttl (and WithMinHold) padlock accepts: the
+// largest whole number of milliseconds a time.Duration holds, about 292
+// years. Redis itself accepts any PX and PEXPIRE above 0 whose expiry,
+// counted from its clock in milliseconds, fits in an int64, far beyond
+// it; a longer Duration would overflow when rounded up to milliseconds.
+const maxTTL = time.Duration(math.MaxInt64/int64(time.Millisecond)) * time.Millisecond
+
 func roundTTL(ttl time.Duration) (time.Duration, error) {
-	if ttl < time.Millisecond {
-		return 0, fmt.Errorf("%w: ttl %v is under 1ms", ErrInvalid, ttl)
+	return millis("ttl", ttl)
+}
+
+// millis returns d, a duration that goes to Redis as what, rounded up to
+// whole milliseconds, the resolution Redis keeps; or ErrInvalid if d is
+// under 1ms or over maxTTL.
+func millis(what string, d time.Duration) (time.Duration, error) {
+	switch {
+	case d < time.Millisecond:
+		return 0, fmt.Errorf("%w: %s %v is under 1ms", ErrInvalid, what, d)
+	case d > maxTTL:
+		return 0, fmt.Errorf("%w: %s %v is over %v (%dms), the longest padlock passes to Redis", ErrInvalid, what, d, maxTTL, maxTTL.Milliseconds())
 	}
-	if r := ttl % time.Millisecond; r != 0 {
-		ttl += time.Millisecond - r
+	if r := d % time.Millisecond; r != 0 {
+		d += time.Millisecond - r
 	}
-	return ttl, nil
+	return d, nil
 }
 
 // sideKey names a key that lives beside key: it begins with key, so that
@@ -217,6 +271,9 @@ func (c *Client) closeOwned() {
 		return
 	}
 	for _, d := range c.pubsubNodes() {
+		if b, ok := d.(bounded); ok {
+			d = b.Driver
+		}
 		if o, ok := d.(ownedCloser); ok {
 			o.closeOwned()
 		}
@@ -236,30 +293,38 @@ func (c *Client) closeOwned() {
 //
 // Close gives its waiters and their departures 2s in all. A waiter whose
 // round trip Redis has not answered by then is not waited for: it returns
-// once Redis answers or go-redis gives up, with the lock if its attempt
-// got it, else with the error or ErrClosed, leaving the queue by itself;
+// once Redis answers or its context ends, with the lock if its attempt got
+// it, else with the error or ErrClosed, leaving the queue by itself;
 // departures not answered by then are abandoned. Their tickets lapse
 // within 5s, and a lock granted to such a waiter, or taken by an attempt
-// undone too late, expires by its ttl. So when Redis does not answer,
-// Close returns after about 2s, plus the time go-redis takes to give up on
-// a round trip already in flight in the background (a renewal, a release
-// retry, a Redlock node's call; on a Cluster client, the departures too):
-// go-redis bounds a read by its ReadTimeout, not by a context's deadline
-// (unless ContextTimeoutEnabled), and tries again after a timeout, up to
-// MaxRetries times, while the round trip's context lasts (for a lock's
-// renewal, until its local deadline). With no read timeout (ReadTimeout
-// -1), such a round trip holds Close until Redis answers or the connection
-// drops.
+// undone too late, expires by its ttl. Round trips of the background work
+// in flight (a renewal, a release retry) are not waited for either, nor,
+// past those 2s, a goroutine of the Client's that waits for Redis: the undo
+// of an acquire left in flight (see Acquire), a Redlock node's call that
+// waits for its turn behind one, a pub/sub connection dialing again. So
+// Close returns within about 2s whatever Redis does; what it left in
+// flight goes on until the Redis client gives up on it (go-redis: its
+// ReadTimeout) or is closed.
 //
 // Every KeepAlive of its locks ends with cause ErrClosed (the locks stay
 // held until released or expired), every Observe of it closes its channel,
 // and releases being retried in the background (see Lock.Release) are
 // abandoned: those locks expire by their ttl. Close releases no lock and
 // does not close the go-redis client or the Driver; it closes the clients it made of
-// Cluster nodes that no slot map listed (see WithReplicas). Later calls
-// that wait or keep alive return ErrClosed; Release still works. Close is
-// idempotent: a Close called while another runs returns when that one
-// does. It always returns nil.
+// Cluster nodes that no slot map listed (see WithReplicas).
+//
+// From the moment Close is called, every call that would take, wait for,
+// extend or keep alive a lock returns an error matching ErrClosed before
+// any round trip, and takes nothing: TryAcquire, Acquire, TryDo and Do
+// (fn is not run), TryAcquireMany, AcquireMany, Campaign, Lead, Resume,
+// Check (its cycle takes a lock), Extend and KeepAlive (its context is
+// already cancelled, with cause ErrClosed) of the Client's locks, and
+// Proclaim of its leaderships (ErrNotHeld too: Close ended them). What
+// frees or only reads still works, one round trip each: Release of a lock
+// taken before Close, Resign, Break, TTL, Inspect and Leader; Observe
+// returns a closed channel. Close is idempotent: a Close called while
+// another runs returns when that one does. It always returns nil; so does
+// Close of a nil *Client.
 func (c *Client) Close() error {
 	if c != nil {
 		c.closing.Do(c.close)
@@ -269,13 +334,17 @@ func (c *Client) Close() error {
 
 // close is Close's work, done once.
 func (c *Client) close() {
+	c.shut.Store(true)
 	until := time.Now().Add(cleanupTimeout)
 	c.depart(c.notify.closeWaiters(until), until)
-	c.notify.closeSubscribers()
+	c.notify.closeSubscribers(until)
 	c.sched.close()
 	c.calls.wait()
-	c.nodeCalls.close()
+	// Those below may wait for a round trip Redis does not answer: not
+	// past until.
+	c.nodeCalls.close(until) // a Redlock node's call waits for its turn behind one left in flight
+	c.late.close(until)
 	c.closeOwned()
 	c.end()
-	c.observers.close()
+	c.observers.close(until)
 }

@@ -21,6 +21,7 @@ import (
 // in the queue, and the holder's release serves a waiter of another
 // Client at once, not after the ttl of a waiter that is gone.
 func TestCloseTakesItsWaitersOutOfRedis(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	holder, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
 	require.NoError(t, err)
@@ -31,6 +32,15 @@ func TestCloseTakesItsWaitersOutOfRedis(t *testing.T) {
 	trips := &scriptTrips{}
 	rdb.AddHook(trips)
 	closing := padlock.New(rdb)
+	// A waiter that gives up leaves the queue: the leave script is then in
+	// this new server's script cache, so the leaves below need no second
+	// round trip as EVAL (as they would once another test taught the
+	// process the script's digest).
+	gaveUp, cancel := context.WithTimeout(e.ctx, 50*time.Millisecond)
+	_, err = closing.Acquire(gaveUp, e.key, time.Minute)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	waitFor(t, e, 0)
 	const waiters = 40
 	var results []<-chan waited
 	for range waiters {
@@ -73,6 +83,7 @@ func TestCloseTakesItsWaitersOutOfRedis(t *testing.T) {
 // of Redis for it, so the holder's release grants it nothing, and the
 // waiter returns ErrClosed once its func is done.
 func TestCloseLeavesForAWaiterInItsObserver(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	holder, err := moreClients(t, e, 1)[0].TryAcquire(e.ctx, e.key, time.Minute)
 	require.NoError(t, err)
@@ -101,6 +112,7 @@ func TestCloseLeavesForAWaiterInItsObserver(t *testing.T) {
 // must queue it no more, else the key is granted to a waiter that will
 // only return ErrClosed, and held by nobody for its ttl.
 func TestAReleaseAfterCloseQueuesNoWaiterOfTheClosedClient(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	first, err := moreClients(t, e, 1)[0].TryAcquire(e.ctx, e.key, time.Minute)
 	require.NoError(t, err)
@@ -134,6 +146,7 @@ func TestAReleaseAfterCloseQueuesNoWaiterOfTheClosedClient(t *testing.T) {
 // caller closes the go-redis client. (Here the waiter's own script, sent
 // after Close returned, would be slow.)
 func TestAPanicInWaitStartLeavesCloseWaitingForTheOthers(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	panicKey := e.key + ":panic"
 	holder := moreClients(t, e, 1)[0]
@@ -165,6 +178,7 @@ func TestAPanicInWaitStartLeavesCloseWaitingForTheOthers(t *testing.T) {
 // (here slowed by latency), so each of them returns ErrClosed, not the
 // error of a go-redis client closed under it.
 func TestCloseWaitsForAttemptsInFlight(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		key   string

@@ -89,10 +89,13 @@ func TestClusterOperations(t *testing.T) {
 			{[]padlock.Option{padlock.WithShared()}, nil},                                    // exclusive after a shared hold
 		} {
 			k := key + ":counted"
-			h, err := c.TryAcquire(ctx, k, 300*time.Millisecond, tt.holder...)
+			// Held past its ttl by renewals, then still held (for at least
+			// 600ms, renewed every 300ms) while the waiter queues: room for
+			// CI's -race run, where a 300ms lock expired meanwhile.
+			h, err := c.TryAcquire(ctx, k, 900*time.Millisecond, tt.holder...)
 			require.NoError(t, err, k)
 			kctx, stop := h.KeepAlive(ctx)
-			time.Sleep(400 * time.Millisecond)
+			time.Sleep(time.Second)
 			require.NoError(t, kctx.Err(), "%s: kept alive", k)
 			stop()
 			done := make(chan error, 1)

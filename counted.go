@@ -107,13 +107,16 @@ type HolderInfo struct {
 	Metadata string
 	TTL      time.Duration // time left
 	Fence    int64         // its fence, if it was taken WithFencing
+	MinHold  time.Duration // how long its WithMinHold still keeps it held, 0 if not
+	HeldFor  time.Duration // how long it has held (since its acquire, by the server's clock), 0 if not known
 }
 
 // parseHolders reads the holders from inspect.lua's reply: value, expiry
-// (ms), fence, for each, and the server's time now (ms).
+// (ms), fence, the end of its minimum (ms) and when it came in (ms), for
+// each, and the server's time now (ms).
 func parseHolders(flat []any, now int64) []HolderInfo {
 	var hs []HolderInfo
-	for i := 0; i+2 < len(flat); i += 3 {
+	for i := 0; i+4 < len(flat); i += 5 {
 		v, _ := flat[i].(string)
 		exp, _ := strconv.ParseInt(fmt.Sprint(flat[i+1]), 10, 64)
 		h := HolderInfo{TTL: time.Duration(exp-now) * time.Millisecond}
@@ -121,6 +124,8 @@ func parseHolders(flat []any, now int64) []HolderInfo {
 		if s, ok := flat[i+2].(string); ok {
 			h.Fence, _ = strconv.ParseInt(s, 10, 64)
 		}
+		h.MinHold = max(msUntil(flat[i+3], now), 0)
+		h.HeldFor = max(-msUntil(flat[i+4], now), 0)
 		hs = append(hs, h)
 	}
 	return hs

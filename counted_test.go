@@ -17,6 +17,7 @@ import (
 )
 
 func TestSemaphoreAdmitsN(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		three := padlock.WithLimit(3)
 		var held []*padlock.Lock
@@ -69,6 +70,7 @@ func TestSemaphoreAdmitsN(t *testing.T) {
 }
 
 func TestSemaphoreBadInput(t *testing.T) {
+	t.Parallel()
 	e := newMini(t)
 	tests := []struct {
 		name string
@@ -105,6 +107,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 // A holder that dies (never releases) frees its place when its ttl runs
 // out; fences increase with every holder.
 func TestSemaphoreDeadHolderAndFences(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	two := padlock.WithLimit(2)
 	var last int64
@@ -275,6 +278,7 @@ func TestSemaphoreDoUnderContention(t *testing.T) {
 }
 
 func TestSharedHolds(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		c2 := padlock.New(e.raw)
 		defer c2.Close()
@@ -314,6 +318,7 @@ func TestSharedHolds(t *testing.T) {
 // Writers first: a waiting exclusive Acquire keeps new shared holds out,
 // and gets the lock as soon as the last shared holder leaves.
 func TestSharedWaitingWriterGoesFirst(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	other := padlock.New(e.raw)
 	defer other.Close()

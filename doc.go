@@ -93,7 +93,12 @@
 //
 // WithObserver attaches hooks to every acquire, wait, release, renewal and
 // loss, WithLogger logs what an operator should know through log/slog, and
-// the padlockotel module reports OpenTelemetry metrics and spans. Redis 6.0
+// the padlockotel module reports OpenTelemetry metrics and spans
+// (padlockprom, Prometheus's). Client.Inspect reads one lock as Redis holds
+// it, Client.Locks every lock of the deployment whose key matches a glob
+// (who holds it, for how long, its fence and waiters), and Client.Local
+// what this Client holds and waits for, without a round trip; the
+// padlockweb package serves both as a web page. Redis 6.0
 // and later and Valkey 7.2 and later are supported; every key padlock
 // writes for a lock begins with the lock's key, so one ACL key pattern
 // covers it (the README gives the minimal rule).

@@ -52,6 +52,7 @@ func (o *outside) PubSub(ctx context.Context, key string) (driver.PubSub, error)
 // A Client of NewDriver takes, hands off, fences and keeps alive a lock
 // through the Driver alone, and asks its Kind once.
 func TestNewDriverRunsOnAnyDriver(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		d := &outside{Driver: padlock.GoRedisDriver(e.rdb)}
 		holder, waiter := padlock.NewDriver(d, padlock.WithFencing()), padlock.NewDriver(d, padlock.WithFencing())
@@ -82,6 +83,7 @@ func TestNewDriverRunsOnAnyDriver(t *testing.T) {
 
 // A Redlock of NewDriverRedlock takes its quorum through the Drivers.
 func TestNewDriverRedlock(t *testing.T) {
+	t.Parallel()
 	var ds []driver.Driver
 	var outs []*outside
 	for range 3 {
@@ -108,6 +110,7 @@ func TestNewDriverRedlock(t *testing.T) {
 // Nothing to talk to, or a Kind package driver does not define, is
 // ErrInvalid on every call, not a panic.
 func TestNewDriverRefuses(t *testing.T) {
+	t.Parallel()
 	e := newMini(t)
 	var typedNil *outside
 	tests := []struct {
@@ -135,6 +138,7 @@ func TestNewDriverRefuses(t *testing.T) {
 // The go-redis adapter classifies errors as package driver says, and
 // still wraps go-redis's own.
 func TestGoRedisDriverErrors(t *testing.T) {
+	t.Parallel()
 	e := newMini(t)
 	d := padlock.GoRedisDriver(e.rdb)
 	v, err := d.Do(e.ctx, e.key, "get", e.key)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -179,6 +178,9 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 	l.mu.Lock()
 	l.value = value
 	l.mu.Unlock()
+	lk.mu.Lock()
+	lk.x.proclaimed = &value
+	lk.mu.Unlock()
 	return nil
 }
 
@@ -206,7 +208,7 @@ func (c *Client) Leader(ctx context.Context, key string) (LeaderInfo, error) {
 	if err != nil {
 		return LeaderInfo{}, err
 	}
-	if !info.Held || info.Kind != "lock" || !strings.HasPrefix(info.Token, leaderToken) {
+	if info.Kind != "leader" {
 		return LeaderInfo{}, fmt.Errorf("%w: %q", ErrNoLeader, key)
 	}
 	return LeaderInfo{Value: info.Metadata, Term: info.Fence, TTL: info.TTL}, nil

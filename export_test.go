@@ -39,3 +39,11 @@ func PipelineWaiting(c *Client) int {
 	defer ln.mu.Unlock()
 	return len(ln.next)
 }
+
+// HoldsListed is how many Locks c's list of holds keeps (see holdList),
+// held or not yet dropped.
+func HoldsListed(c *Client) int {
+	n := 0
+	c.holds.each(func(*Lock) { n++ })
+	return n
+}

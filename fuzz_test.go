@@ -68,7 +68,7 @@ func FuzzLockCycle(f *testing.F) {
 		if err != nil {
 			t.Fatalf("TryAcquire(%q): %v", key, err)
 		}
-		want := l.Token()
+		want := l.Token() + " ~60000" // its span: a minute's ttl
 		if meta != "" {
 			want += " " + meta
 		}

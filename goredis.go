@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -33,8 +32,8 @@ import (
 // Cluster, or NewRedlock over the shards.
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	switch {
-	case isNilClient(rdb):
-		return refusing(errNilClient, opts)
+	case isNil(rdb):
+		return refusing(errNilRedis, opts)
 	case isRing(rdb):
 		return refusing(errRing, opts)
 	}
@@ -60,10 +59,10 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 // A nil client, or no clients, makes every call fail with ErrInvalid. New
 // starts no goroutine; neither does NewRedlock.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Client {
-	switch {
-	case len(clients) == 0 || slices.ContainsFunc(clients, isNilClient):
-		return refusing(errNilClient, opts)
-	case slices.ContainsFunc(clients, isRing):
+	if err := nilIn("NewRedlock", "go-redis client", clients); err != nil {
+		return refusing(err, opts)
+	}
+	if slices.ContainsFunc(clients, isRing) {
 		return refusing(errRing, opts)
 	}
 	ds := make([]driver.Driver, len(clients))
@@ -80,8 +79,6 @@ func isRing(rdb redis.UniversalClient) bool {
 	_, ok := rdb.(*redis.Ring)
 	return ok
 }
-
-func isNilClient(rdb redis.UniversalClient) bool { return isNil(rdb) }
 
 // isNil reports whether v is nil, or a nil pointer in an interface.
 func isNil(v any) bool {
@@ -138,23 +135,6 @@ func (g *goRedis) Do(ctx context.Context, key string, args ...any) (any, error) 
 func isCommand(args []any, name string) bool {
 	s, ok := args[0].(string)
 	return ok && strings.EqualFold(s, name)
-}
-
-// Batch sends cmds in one go-redis pipeline: a round trip per node.
-func (g *goRedis) Batch(ctx context.Context, cmds []driver.Cmd) {
-	rcs := make([]*redis.Cmd, len(cmds))
-	_, err := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range cmds {
-			rcs[i] = p.Do(ctx, cmds[i].Args...)
-		}
-		return nil
-	})
-	for i, rc := range rcs {
-		if err != nil && rc.Err() == nil && rc.Val() == nil {
-			rc.SetErr(err) // the pipeline never ran it: it carries no reply
-		}
-		cmds[i].Reply, cmds[i].Err = goRedisReply(rc)
-	}
 }
 
 // Route names the master that owns key on a Cluster (from the client's
@@ -274,23 +254,3 @@ type wrapped struct {
 
 func (e wrapped) Error() string   { return e.err.Error() }
 func (e wrapped) Unwrap() []error { return []error{e.as, e.err} }
-
-// A timeBound is a Driver whose client ignores a context's deadline for
-// its reads and writes, as go-redis does unless ContextTimeoutEnabled, but
-// can be bounded by a time: Close bounds its departures so.
-type timeBound interface {
-	within(d time.Duration) driver.Driver
-}
-
-// within returns g with reads and writes that time out after d, on a
-// *redis.Client (which has WithTimeout; newer go-redis versions drop the
-// client's hooks from it); a Cluster client's time out after its
-// ReadTimeout and WriteTimeout. A client with ContextTimeoutEnabled needs
-// nothing: the context's deadline bounds them.
-func (g *goRedis) within(d time.Duration) driver.Driver {
-	rc, ok := g.rdb.(*redis.Client)
-	if !ok || rc.Options().ContextTimeoutEnabled {
-		return g
-	}
-	return &goRedis{rdb: rc.WithTimeout(d), kind: g.kind}
-}

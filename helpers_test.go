@@ -2,7 +2,6 @@ package padlock_test
 
 import (
 	"context"
-	"flag"
 	"os"
 	"runtime"
 	"strings"
@@ -24,14 +23,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("PADLOCK_CHILD"); mode != "" {
 		os.Exit(runChild(mode)) // a lock holder in a child process (child_test.go)
 	}
-	// The parallel tests start servers of their own and mostly wait on
-	// them: run eight at a time, not GOMAXPROCS, unless -parallel is given.
-	flag.Parse()
-	parallelSet := false
-	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
-	if !parallelSet {
-		_ = flag.Set("test.parallel", "8")
-	}
+	redistest.Parallel(10)
 	// go-redis (before v9.8) redials a server that refused connections
 	// from a goroutine of its own, which ends by itself within a second of
 	// the client's Close; it is not padlock's.
@@ -113,6 +105,17 @@ func both(t *testing.T, f func(t *testing.T, e *env), opts ...padlock.Option) {
 	t.Run("redis", func(t *testing.T) { f(t, newReal(t, nil, opts...)) })
 }
 
+// heldElsewhere returns another Client of e's Redis, closed when the test
+// ends, and e.key, which it holds for a minute.
+func (e *env) heldElsewhere(t *testing.T) (*padlock.Client, *padlock.Lock) {
+	t.Helper()
+	other := padlock.New(e.raw)
+	t.Cleanup(func() { _ = other.Close() })
+	holder, err := other.TryAcquire(e.ctx, e.key, time.Minute)
+	require.NoError(t, err)
+	return other, holder
+}
+
 // get returns the value of key in Redis, or "" if there is none.
 func (e *env) get(key string) string {
 	v, err := e.raw.Get(context.Background(), key).Result()
@@ -147,7 +150,11 @@ func waitDone(t testing.TB, ctx context.Context, limit time.Duration) {
 // padlockGoroutines counts the goroutines that run padlock's code or that
 // padlock started: go-redis starts goroutines of its own (dials, pool
 // maintenance), which a count of padlock's cost must leave out.
-func padlockGoroutines() int {
+func padlockGoroutines() int { return len(padlockStacks()) }
+
+// padlockStacks returns the stacks of the goroutines padlockGoroutines
+// counts.
+func padlockStacks() []string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -157,13 +164,13 @@ func padlockGoroutines() int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	count := 0
+	var stacks []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		if strings.Contains(g, "github.com/padlock-go/padlock.") {
-			count++
+			stacks = append(stacks, g)
 		}
 	}
-	return count
+	return stacks
 }
 
 // moreClients returns n Clients of their own on e's server, closed when
@@ -223,4 +230,18 @@ func acquireLater(ctx context.Context, c *padlock.Client, key string, ttl time.D
 
 func isScript(cmd redis.Cmder) bool {
 	return cmd.Name() == "evalsha" || cmd.Name() == "eval"
+}
+
+// unspanned is a lock's value v without its span (" ~ms" after the
+// token; see LockInfo.HeldFor): the token, and a space and the metadata
+// if any.
+func unspanned(v string) string {
+	tok, rest, _ := strings.Cut(v, " ")
+	if f, after, _ := strings.Cut(rest, " "); strings.HasPrefix(f, "~") {
+		rest = after
+	}
+	if rest == "" {
+		return tok
+	}
+	return tok + " " + rest
 }

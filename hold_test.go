@@ -81,6 +81,7 @@ func TestWithMaxHold(t *testing.T) {
 // Bad input: a maximum of zero or less is ErrInvalid, and nothing is
 // taken; a lock without WithMaxHold is kept alive past any such time.
 func TestWithMaxHoldBadInput(t *testing.T) {
+	t.Parallel()
 	e := newMini(t)
 	for _, d := range []time.Duration{0, -time.Second} {
 		_, err := e.c.TryAcquire(e.ctx, e.key, time.Second, padlock.WithMaxHold(d))
@@ -254,6 +255,7 @@ func tokens(info padlock.LockInfo) []string {
 // Inspect shows the key held by its token, with its ttl; the fence stays;
 // and a waiter granted the lock with a minimum keeps it too.
 func TestMinHoldIsKeptInRedis(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		l, err := e.c.TryAcquire(e.ctx, e.key, 200*time.Millisecond, padlock.WithMinHold(time.Minute), padlock.WithFencing())
 		require.NoError(t, err)
@@ -297,6 +299,7 @@ func TestMinHoldIsKeptInRedis(t *testing.T) {
 // A failed acquire frees what it took at once, minimum or not: a Redlock
 // attempt that took one node of three, short of a quorum, leaves nothing.
 func TestFailedAcquireLeavesNoMinimum(t *testing.T) {
+	t.Parallel()
 	r := startRedlock(t, 3)
 	const key = "lock:minhold:failed"
 	for _, raw := range r.raws[1:] {
@@ -311,6 +314,7 @@ func TestFailedAcquireLeavesNoMinimum(t *testing.T) {
 // multi-key lock or a key that cannot have side keys is ErrInvalid, and
 // nothing is taken.
 func TestWithMinHoldBadInput(t *testing.T) {
+	t.Parallel()
 	e := newMini(t)
 	for _, opts := range [][]padlock.Option{
 		{padlock.WithMinHold(0)},
@@ -335,6 +339,7 @@ func TestWithMinHoldBadInput(t *testing.T) {
 // restart without persistence the minimum is gone and the job runs again;
 // with appendfsync always it is kept.
 func TestMinHoldAcrossRestarts(t *testing.T) {
+	t.Parallel()
 	for _, aof := range []bool{false, true} {
 		t.Run(fmt.Sprintf("aof=%v", aof), func(t *testing.T) {
 			t.Parallel()
@@ -368,7 +373,7 @@ func TestWhatEndsAHoldEarlyKeepsItsMinimum(t *testing.T) {
 	t.Parallel() // starts servers of its own
 	e := newReal(t, nil)
 	replica := redistest.StartReplica(t, e.srv)
-	c := padlock.New(e.rdb, padlock.WithReplicas(1, 100*time.Millisecond))
+	c := padlock.New(e.rdb, padlock.WithReplicas(1, time.Second))
 	defer c.Close()
 	l, err := c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithMinHold(time.Hour))
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestInspect(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		info, err := e.c.Inspect(e.ctx, e.key)
 		require.NoError(t, err)
@@ -30,7 +31,7 @@ func TestInspect(t *testing.T) {
 		if info.TTL <= 50*time.Second || info.TTL > time.Minute {
 			t.Errorf("TTL = %v", info.TTL)
 		}
-		assert.Equal(t, l.Token()+" host=web-1 pid=42", e.get(e.key), "Inspect changed nothing")
+		assert.Equal(t, l.Token()+" host=web-1 pid=42", unspanned(e.get(e.key)), "Inspect changed nothing")
 
 		require.NoError(t, l.Release(e.ctx))
 		info, err = e.c.Inspect(e.ctx, e.key)

@@ -37,6 +37,9 @@ import (
 // loss signal does not wait for them.
 func (l *Lock) KeepAlive(ctx context.Context) (context.Context, context.CancelFunc) {
 	err := l.usable(ctx)
+	if err == nil {
+		err = l.c.open("keep alive", l.key)
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -160,6 +163,7 @@ func (l *Lock) lose(cause error, bg bool) {
 	l.mu.Unlock()
 	l.settle(d)
 	if first && errors.Is(cause, ErrLost) {
+		l.c.holds.remove(l)
 		l.holdEnded(true, cause, bg)
 	}
 }
@@ -173,6 +177,7 @@ func (l *Lock) extended(sent time.Time, ttl time.Duration) {
 	}
 	ls := l.lease
 	l.mu.Unlock()
+	l.c.holds.relist(l) // an add dropped it if its deadline passed before
 	if ls != nil {
 		l.c.sched.renewedAt(ls, sent, ttl)
 	}
@@ -291,7 +296,7 @@ func (heldLocks) renewAll(s *scheduler, leases []*lease) {
 			ls.l.extendMu.Unlock()
 		}
 	}()
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithDeadline(s.life, deadline)
 	defer cancel()
 	d := s.c.d
 	learnDigests(ctx, d, locked)
@@ -333,7 +338,7 @@ func renewOne(s *scheduler, ls *lease) {
 	s.mu.Lock()
 	ttl, deadline := ls.ttl, ls.deadline()
 	s.mu.Unlock()
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithDeadline(s.life, deadline)
 	defer cancel()
 	ok, err := ls.l.extend(ctx, ttl)
 	renewed(s, ls, ok, err)

@@ -26,6 +26,7 @@ type lockExtra struct {
 	taken          bool          // took was called: holds are fixed; under mu
 	holds          holdBounds    // where its WithMaxHold and minimum end; under mu until the Lock is returned, fixed then
 	turns          *turnState    // on a Redlock: how its calls take turns on the nodes (see nodeTurns)
+	proclaimed     *string       // a leadership's value, once Proclaim changed it (see Client.Local); under mu
 }
 
 // holdBounds are where a held lock's WithMaxHold and its minimum end, on
@@ -157,6 +158,11 @@ type Lock struct {
 	lease     *lease        // in the Client's scheduler while kept alive
 	regs      []*keepAlive  // the active KeepAlive calls
 	keptAlive bool          // KeepAlive was ever called
+	since     time.Time     // when it was acquired (see Client.Local)
+
+	// In the Client's holds (see holdList), under its mu.
+	prev, next *Lock
+	listed     bool
 }
 
 // Key returns the Redis key of the lock, as given to TryAcquire or Acquire.
@@ -253,9 +259,11 @@ func (l *Lock) notHeld() error {
 // Release ignores the cancellation of ctx but keeps its values (trace
 // spans, say): a ctx that is already done, or ends during the call, still
 // has the lock released, so `defer lock.Release(ctx)` with a request's
-// context is safe. The round trip then runs on a context of its own,
-// bounded by two seconds or the time left to the lock's local deadline
-// (see Deadline), whichever is shorter. After the local deadline the lock has
+// context is safe. Its round trip waits until ctx's deadline (unless ctx
+// has already ended) or for two seconds, whichever is later, and never past
+// the lock's local deadline
+// (see Deadline); with a ctx that cannot end (context.Background), as long
+// as the Redis client waits (go-redis: its ReadTimeout). After the local deadline the lock has
 // expired in Redis, so Release returns at once, an error matching
 // ErrNotHeld, and sends nothing.
 //
@@ -313,20 +321,9 @@ func (l *Lock) releaseLock(ctx context.Context) error {
 		l.markReleased(false)
 		return fmt.Errorf("%w: %q: its local deadline has passed, so it has expired", ErrNotHeld, l.key)
 	}
-	rctx := ctx
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		rctx, cancel = detach(ctx, left)
-		defer cancel()
-	}
+	rctx, cancel := releaseContext(ctx, left)
+	defer cancel()
 	n, err := l.release(rctx, false, false)
-	if err != nil && rctx == ctx && ctx.Err() != nil {
-		// ctx ended during the call: send it again, detached from ctx.
-		// (If the first one ran, this one finds the lock gone: ErrNotHeld.)
-		dctx, cancel := detach(ctx, time.Until(deadline))
-		defer cancel()
-		n, err = l.release(dctx, false, false)
-	}
 	if err != nil {
 		if retryable(err) {
 			l.mu.Lock()
@@ -345,10 +342,19 @@ func (l *Lock) releaseLock(ctx context.Context) error {
 	return nil
 }
 
-// detach returns a context with ctx's values but not its cancellation,
-// that ends after left or releaseTimeout, whichever is shorter.
-func detach(ctx context.Context, left time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), min(left, releaseTimeout))
+// releaseContext returns the context of a Release's round trip: ctx's
+// values but not its cancellation, and a deadline: ctx's (unless ctx has
+// ended) or releaseTimeout from now, whichever is later, and never past
+// left, the time to the lock's local deadline. A ctx that cannot end is used as it is.
+func releaseContext(ctx context.Context, left time.Duration) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	wait := releaseTimeout
+	if d, ok := ctx.Deadline(); ok && ctx.Err() == nil {
+		wait = max(wait, time.Until(d))
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), min(wait, left))
 }
 
 // releaseTimeout bounds a Release's round trip, and each background retry
@@ -363,6 +369,7 @@ func (l *Lock) markReleased(bg bool) {
 	retrying := l.state == stateRetrying
 	l.state = stateReleased
 	l.mu.Unlock()
+	l.c.holds.remove(l)
 	if retrying {
 		l.c.sched.dropRelease(l)
 	}
@@ -372,9 +379,11 @@ func (l *Lock) markReleased(bg bool) {
 // retryable reports whether a release that failed with err is worth
 // sending again: Redis could not be reached or answer (a network error, a
 // timeout), or answered that it cannot serve now (loading its data after a
-// restart, a cluster or failover in progress). An error reply of any other
-// kind (a refused permission, say) would fail again, as would anything sent
-// through a client that was closed.
+// restart, a cluster or failover in progress, a slot moving: redirects the
+// client gave up following, TRYAGAIN, which the scripts also answer
+// before their first write where a moving slot would stop them later). An
+// error reply of any other kind (a refused permission, say) would fail
+// again, as would anything sent through a client that was closed.
 func retryable(err error) bool {
 	if errors.Is(err, driver.ErrClosed) {
 		return false // the client was closed: no retry can land
@@ -382,7 +391,7 @@ func retryable(err error) bool {
 	if !isRedisError(err) {
 		return true
 	}
-	for _, prefix := range [...]string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY"} {
+	for _, prefix := range [...]string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "MOVED", "ASK"} {
 		if driver.HasPrefix(err, prefix) {
 			return true
 		}
@@ -403,21 +412,27 @@ func (l *Lock) releaseQuietly(ctx context.Context, undo bool) {
 	if ctx.Err() != nil {
 		budget = lateCleanupTimeout
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
-	_, _ = l.release(ctx, false, undo)
+	if _, err := l.release(rctx, false, undo); notSent(err) && budget < cleanupTimeout {
+		// It waited behind other calls to the node, and never went:
+		// send it in the background, with the whole budget.
+		l.c.background(func() { l.releaseQuietly(context.WithoutCancel(ctx), undo) })
+	}
 }
 
-// undo is cleanup after an acquire whose outcome is unknown or came too
-// late, unless l's token is chosen: the token may have held the key before
-// the call, which then only renewed it, or may hold it in another process,
-// so what the call may have taken is left to the token's holders. It
-// reports whether it released.
-func (l *Lock) undo(ctx context.Context) bool {
+// undo is cleanup after an acquire that failed with err (nil: its reply
+// came too late), whose outcome is unknown, unless l's token is chosen:
+// the token may have held the key before the call, which then only renewed
+// it, or may hold it in another process, so what the call may have taken
+// is left to the token's holders. It reports whether it releases: before
+// it returns, or, if the call that failed is still in flight, in the
+// background once it is done (see after).
+func (l *Lock) undo(ctx context.Context, err error) bool {
 	if l.chosenToken() {
 		return false
 	}
-	l.cleanup(ctx)
+	l.c.after(ctx, err, l.cleanup)
 	return true
 }
 
@@ -445,11 +460,16 @@ func (l *Lock) release(ctx context.Context, bg, undo bool) (int64, error) {
 //
 // It returns an error that matches ErrNotHeld, and changes nothing, if the
 // lock is not ours any more: it never brings back an expired lock. Any
-// KeepAlive of the lock then ends with ErrLost. ttl under 1ms returns
-// ErrInvalid; other ttls are rounded up to whole milliseconds. A Redis error
-// is returned wrapped.
+// KeepAlive of the lock then ends with ErrLost. A ttl under 1ms, or over
+// the longest padlock passes to Redis (see TryAcquire), returns
+// ErrInvalid; other ttls are rounded up to whole milliseconds. On a lock
+// of a closed Client it returns ErrClosed and makes no round trip. A
+// Redis error is returned wrapped.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.usable(ctx); err != nil {
+		return err
+	}
+	if err := l.c.open("extend", l.key); err != nil {
 		return err
 	}
 	ttl, err := roundTTL(ttl)

@@ -24,7 +24,7 @@ func TestTryAcquire(t *testing.T) {
 		l, err := e.c.TryAcquire(e.ctx, e.key, 10*time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, e.key, l.Key())
-		assert.Equal(t, l.Token(), e.get(e.key), "the key holds the token, verbatim")
+		assert.Equal(t, l.Token(), unspanned(e.get(e.key)), "the key holds the token, verbatim")
 		if d := e.pttl(e.key); d <= 0 || d > 10*time.Second {
 			t.Errorf("PTTL = %v, want in (0, 10s]", d)
 		}
@@ -33,7 +33,7 @@ func TestTryAcquire(t *testing.T) {
 
 		_, err = e.c.TryAcquire(e.ctx, e.key, 10*time.Second)
 		require.ErrorIs(t, err, padlock.ErrNotAcquired)
-		assert.Equal(t, l.Token(), e.get(e.key), "a failed attempt changes nothing")
+		assert.Equal(t, l.Token(), unspanned(e.get(e.key)), "a failed attempt changes nothing")
 
 		require.NoError(t, l.Release(e.ctx))
 		assert.Empty(t, e.get(e.key))
@@ -44,6 +44,7 @@ func TestTryAcquire(t *testing.T) {
 }
 
 func TestTokensAreRandomUUIDv4(t *testing.T) {
+	t.Parallel()
 	e := newMini(t)
 	seen := map[string]bool{}
 	for i := range 100 {
@@ -62,13 +63,14 @@ func TestTokensAreRandomUUIDv4(t *testing.T) {
 // find its own token and succeed with the same fence, not lock its caller
 // out until the ttl runs down.
 func TestAcquireRetrySeesItsOwnToken(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		e.rdb.AddHook(&replay{})
 		l, err := e.c.TryAcquire(e.ctx, e.key, 10*time.Second, padlock.WithFencing())
 		require.NoError(t, err, "the replayed attempt must succeed")
 		assert.Equal(t, int64(1), l.Fence(), "the retry reports the first attempt's fence")
 		assert.Equal(t, "1", e.get(fenceKey(e.key)), "the counter moved once")
-		assert.Equal(t, l.Token(), e.get(e.key))
+		assert.Equal(t, l.Token(), unspanned(e.get(e.key)))
 		require.NoError(t, l.Release(e.ctx))
 	})
 }
@@ -86,6 +88,7 @@ var errLostReply = errors.New("test: reply lost")
 // An acquire whose reply is lost reports the error, and does not leave the
 // lock held by nobody who knows it.
 func TestTryAcquireLostReplyLeavesNothingHeld(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		e.rdb.AddHook(&lostReply{})
 		_, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
@@ -114,6 +117,7 @@ func TestReleaseNeverTouchesAnotherHolder(t *testing.T) {
 }
 
 func TestReleaseTwice(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
 		require.NoError(t, err)
@@ -129,6 +133,7 @@ func TestReleaseTwice(t *testing.T) {
 }
 
 func TestExtendNeverRevivesAnExpiredLock(t *testing.T) {
+	t.Parallel()
 	e := newMini(t)
 	l, err := e.c.TryAcquire(e.ctx, e.key, time.Second)
 	require.NoError(t, err)
@@ -158,6 +163,7 @@ func TestExtendAndTTL(t *testing.T) {
 }
 
 func TestExpiryOnMiniredis(t *testing.T) {
+	t.Parallel()
 	e := newMini(t)
 	l, err := e.c.TryAcquire(e.ctx, e.key, 10*time.Second)
 	require.NoError(t, err)
@@ -168,10 +174,11 @@ func TestExpiryOnMiniredis(t *testing.T) {
 	l2, err := e.c.TryAcquire(e.ctx, e.key, time.Second)
 	require.NoError(t, err, "free once the ttl ran out")
 	require.ErrorIs(t, l.Release(e.ctx), padlock.ErrNotHeld)
-	assert.Equal(t, l2.Token(), e.get(e.key), "the old holder's Release left the new lock alone")
+	assert.Equal(t, l2.Token(), unspanned(e.get(e.key)), "the old holder's Release left the new lock alone")
 }
 
 func TestExpiryInRealTime(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	l, err := e.c.TryAcquire(e.ctx, e.key, 100*time.Millisecond)
 	require.NoError(t, err)
@@ -188,11 +195,12 @@ func TestExpiryInRealTime(t *testing.T) {
 }
 
 func TestFencing(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		var last int64
 		next := func(opts ...padlock.Option) *padlock.Lock {
 			t.Helper()
-			l, err := e.c.TryAcquire(e.ctx, e.key, 200*time.Millisecond, append(opts, padlock.WithFencing())...)
+			l, err := e.c.TryAcquire(e.ctx, e.key, time.Second, append(opts, padlock.WithFencing())...) // room for a loaded run's Release
 			require.NoError(t, err)
 			if l.Fence() <= last {
 				t.Fatalf("fence %d after %d: not strictly increasing", l.Fence(), last)
@@ -210,7 +218,7 @@ func TestFencing(t *testing.T) {
 		// ...and expiries.
 		next()
 		if e.mr != nil {
-			e.mr.FastForward(time.Second)
+			e.mr.FastForward(2 * time.Second)
 		} else {
 			require.Eventually(t, func() bool { return e.get(e.key) == "" }, 5*time.Second, 10*time.Millisecond)
 		}
@@ -230,6 +238,7 @@ func TestFencing(t *testing.T) {
 }
 
 func TestFenceKeyNames(t *testing.T) {
+	t.Parallel()
 	e := newMini(t, padlock.WithFencing())
 	tests := []struct {
 		key, fenceKey string
@@ -281,11 +290,12 @@ func TestFenceKeyStaysInTheKeysSlot(t *testing.T) {
 }
 
 func TestMetadata(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithMetadata("web-1 pid=42"))
 		require.NoError(t, err)
 		assert.Equal(t, "web-1 pid=42", l.Metadata())
-		assert.Equal(t, l.Token()+" web-1 pid=42", e.get(e.key), "an operator sees the holder with GET")
+		assert.Equal(t, l.Token()+" ~60000 web-1 pid=42", e.get(e.key), "an operator sees the holder with GET: its token, span and metadata")
 		require.NoError(t, l.Extend(e.ctx, time.Minute))
 		_, err = l.TTL(e.ctx)
 		require.NoError(t, err)
@@ -295,6 +305,7 @@ func TestMetadata(t *testing.T) {
 }
 
 func TestClientDefaultsAndPerCallOverrides(t *testing.T) {
+	t.Parallel()
 	e := newMini(t, padlock.WithFencing(), padlock.WithMetadata("default"))
 	l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
 	require.NoError(t, err)
@@ -310,6 +321,7 @@ func TestClientDefaultsAndPerCallOverrides(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	e := newMini(t)
 	var typedNil *redis.Client
 	ctx := e.ctx
@@ -402,6 +414,7 @@ func TestRedisDownIsNotErrNotAcquired(t *testing.T) {
 // Acquire returns close to its deadline, with an error that is not
 // ErrNotAcquired.
 func TestAcquireReturnsByItsDeadlineWhenRedisIsDown(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	e.srv.Stop()
 	for _, wait := range []time.Duration{50 * time.Millisecond, 300 * time.Millisecond} {
@@ -423,6 +436,7 @@ func TestAcquireReturnsByItsDeadlineWhenRedisIsDown(t *testing.T) {
 // TryAcquire and Release cost one round trip each once the scripts are
 // loaded; Extend and TTL one each.
 func TestRoundTrips(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		warm, err := e.c.TryAcquire(e.ctx, e.key+":warm", time.Minute, padlock.WithFencing())
 		require.NoError(t, err)
@@ -462,6 +476,7 @@ func TestRoundTrips(t *testing.T) {
 // After SCRIPT FLUSH (or on a new server) EVALSHA fails with NOSCRIPT; the
 // call falls back to EVAL without the caller seeing it.
 func TestScriptFlushIsTransparent(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute)
 		require.NoError(t, err)
@@ -565,6 +580,7 @@ func TestRingIsRefused(t *testing.T) {
 // A concurrency smoke test for one Lock shared by several goroutines; run
 // with -race.
 func TestLockIsSafeForConcurrentUse(t *testing.T) {
+	t.Parallel()
 	both(t, func(t *testing.T, e *env) {
 		l, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithFencing())
 		require.NoError(t, err)

@@ -26,9 +26,9 @@ func (c *Client) TryAcquireMany(ctx context.Context, keys []string, ttl time.Dur
 		return nil, err
 	}
 	if l.observer() != nil {
-		return observeAcquire(ctx, l, false, c.tryAcquire)
+		return c.holding(observeAcquire(ctx, l, false, c.tryAcquire))
 	}
-	return c.tryAcquire(ctx, l)
+	return c.holding(c.tryAcquire(ctx, l))
 }
 
 // AcquireMany takes every key of keys for ttl, atomically, waiting while
@@ -42,7 +42,7 @@ func (c *Client) AcquireMany(ctx context.Context, keys []string, ttl time.Durati
 	if err != nil {
 		return nil, err
 	}
-	return c.acquireObserved(ctx, l, o)
+	return c.holding(c.acquireObserved(ctx, l, o))
 }
 
 // Keys returns the keys the lock holds: the one key of TryAcquire and

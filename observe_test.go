@@ -148,6 +148,7 @@ func TestObserverSeesEveryEvent(t *testing.T) {
 // Several observers are all called, in order; per-call observers add to
 // the Client's.
 func TestObserversCompose(t *testing.T) {
+	t.Parallel()
 	e := newMini(t)
 	var got []string
 	var mu sync.Mutex
@@ -169,6 +170,7 @@ func TestObserversCompose(t *testing.T) {
 // for a release that fails for another reason than "not ours", DEBUG for a
 // failed renewal; nothing for what goes well.
 func TestWithLogger(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	var buf bytes.Buffer
 	var mu sync.Mutex
@@ -237,6 +239,7 @@ func (w syncWriter) Write(p []byte) (int, error) {
 // the lost Lock and a Renewal that reads its TTL both return (the renewals
 // do not wait for them), and the Client goes on working.
 func TestObserverMayCallTheLock(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	var lock atomic.Pointer[padlock.Lock]
 	released, ttlRead := make(chan error, 1), make(chan error, 1)

@@ -96,9 +96,12 @@ func WithFencing() Option {
 // up waiting before any reply showed it queued, does not release what it
 // may have taken, as an acquire with a random token does: release it by
 // the token (Client.Resume, then Release) if it must go; else it expires
-// with its ttl. A grant handed to a waiting chosen token is confirmed with
-// one more round trip, since it may have been meant for an earlier wait
-// with the token.
+// with its ttl. (A Redlock's single-key acquire that fails because a
+// majority of its nodes are held by another token releases what it took,
+// also on the nodes that had not answered, once they do: the token holds
+// no quorum there to keep.) A grant handed to a waiting chosen token is
+// confirmed with one more round trip, since it may have been meant for an
+// earlier wait with the token.
 func WithToken(token string) Option {
 	return optionFunc(func(o *options) { o.token, o.tokenSet = token, true })
 }
@@ -157,29 +160,33 @@ func WithMaxHold(d time.Duration) Option {
 // the KeepAlive context. It applies to a lock, a semaphore place and a
 // shared hold, and on a Redlock Client (on every node).
 //
-// A d of zero or less, a d longer than WithMaxHold's, a multi-key lock and
-// a key that cannot have side keys (one with braces but no hash tag) are
-// ErrInvalid. An acquire that fails (a Redlock attempt short of a quorum,
+// d is rounded up to whole milliseconds, as a ttl is. A d of zero or less,
+// or over the longest ttl (see TryAcquire), a d longer than WithMaxHold's,
+// a multi-key lock and a key that cannot have side keys (one with braces
+// but no hash tag) are ErrInvalid. An acquire that fails (a Redlock attempt short of a quorum,
 // a lock that came too late) frees what it took at once, minimum or not.
 func WithMinHold(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.minHold, o.minHoldSet = d, true })
 }
 
-// checkHold validates WithMinHold and WithMaxHold for a lock of key.
-func (o options) checkHold(key string) error {
+// checkHold validates WithMinHold and WithMaxHold for a lock of key, and
+// returns o with the minimum rounded up to whole milliseconds.
+func (o options) checkHold(key string) (options, error) {
 	switch {
 	case o.maxHoldSet && o.maxHold <= 0:
-		return fmt.Errorf("%w: WithMaxHold(%v): the maximum must be positive", ErrInvalid, o.maxHold)
+		return o, fmt.Errorf("%w: WithMaxHold(%v): the maximum must be positive", ErrInvalid, o.maxHold)
 	case !o.minHoldSet:
-		return nil
+		return o, nil
 	case o.minHold <= 0:
-		return fmt.Errorf("%w: WithMinHold(%v): the minimum must be positive", ErrInvalid, o.minHold)
+		return o, fmt.Errorf("%w: WithMinHold(%v): the minimum must be positive", ErrInvalid, o.minHold)
 	case o.maxHoldSet && o.minHold > o.maxHold:
-		return fmt.Errorf("%w: WithMinHold(%v) is longer than WithMaxHold(%v)", ErrInvalid, o.minHold, o.maxHold)
+		return o, fmt.Errorf("%w: WithMinHold(%v) is longer than WithMaxHold(%v)", ErrInvalid, o.minHold, o.maxHold)
 	case !queueable(key):
-		return fmt.Errorf("%w: WithMinHold needs a key with a hash tag or without braces, got %q", ErrInvalid, key)
+		return o, fmt.Errorf("%w: WithMinHold needs a key with a hash tag or without braces, got %q", ErrInvalid, key)
 	}
-	return nil
+	m, err := millis("WithMinHold", max(o.minHold, time.Millisecond))
+	o.minHold = m
+	return o, err
 }
 
 // WithoutFencing turns fencing off for one call on a Client created with
@@ -189,8 +196,9 @@ func WithoutFencing() Option {
 }
 
 // WithMetadata stores s with the lock, after its token: the value of the
-// lock's key in Redis is the token, a space and s, so an operator can see
-// who holds a lock with GET. Lock.Metadata reads it back. An empty s stores
+// lock's key in Redis is the token, a space, the hold's span (" ~" and ms,
+// see LockInfo.HeldFor), a space and s, so an operator can see who holds a
+// lock with GET. Lock.Metadata reads it back. An empty s stores
 // no metadata.
 func WithMetadata(s string) Option {
 	return optionFunc(func(o *options) { o.metadata = s })

@@ -4,19 +4,18 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/padlock-go/padlock/driver"
 )
 
 // Pipelining: the scripts that many goroutines run at once on one node go
 // to it together. A call that finds fewer than pipelineDepth calls in
-// flight to its node is sent at once, alone, on the caller's goroutine: a
-// lone caller, or a few, wait for nobody. Calls that come while that many
-// are in flight wait, and go together in one Batch once one is back: one
-// write and one read for them all, on both sides, rather than one each;
-// those that come meanwhile go in the next. No timer, and no goroutine
-// while nothing waits.
+// flight to its node is sent at once, alone (on a goroutine of its own if
+// its context can end: see inflight.go): a lone caller, or a few, wait for
+// nobody. Calls that come while that many are in flight wait, and go
+// together in one Batch once one is back: one write and one read for them
+// all, on both sides, rather than one each; those that come meanwhile go
+// in the next. No timer, and no goroutine while nothing waits.
 //
 // A batch is a pipeline, not a transaction: each script in it runs as it
 // would alone, and a batch lost to a blip is a lost reply for each of its
@@ -58,57 +57,51 @@ type lane struct {
 	next     []*call
 }
 
-// A call is one script that waits for a batch, and once done has a value,
-// its reply.
-type call struct {
-	ctx   context.Context
-	key   string
-	args  []any
-	reply any
-	err   error
-	done  chan struct{} // one value, once the reply is in
-}
-
-// calls are the calls that finished, for the next (see Do).
-var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
-
 // Do runs the command args on key's node: EVALSHA through the node's lane,
 // anything else straight on the Driver. It blocks until the reply is in or
-// ctx ends: it returns ctx's error then if the call was not sent yet, or
-// else waits for the reply.
+// ctx ends: it returns ctx's error then, an *unfinishedError if the call
+// had gone to Redis (see inflight.go).
 func (p *pipeline) Do(ctx context.Context, key string, args ...any) (any, error) {
 	if args[0] != "evalsha" {
-		return p.d.Do(ctx, key, args...)
+		return bounded{p.d}.Do(ctx, key, args...)
 	}
 	ln := p.laneOf(ctx, key)
 	ln.mu.Lock()
 	if ln.inFlight < pipelineDepth {
 		ln.inFlight++
 		ln.mu.Unlock()
-		reply, err := p.d.Do(ctx, key, args...)
-		p.sendNext(ln)
-		return reply, err
+		if ctx.Done() == nil { // it cannot end: no goroutine needed
+			reply, err := p.d.Do(ctx, key, args...)
+			p.sendNext(ln)
+			return reply, err
+		}
+		if err := ctx.Err(); err != nil {
+			p.sendNext(ln)
+			return nil, notSentError{err}
+		}
+		c := newCall(ctx, key, args)
+		go p.alone(ln, c)
+		return c.wait(ctx)
 	}
-	c := calls.Get().(*call)
-	c.ctx, c.key, c.args = ctx, key, args
+	c := newCall(ctx, key, args)
 	ln.next = append(ln.next, c)
 	ln.mu.Unlock()
 	select {
 	case <-c.done:
+		return c.result()
 	case <-ctx.Done():
 		if !ln.leave(c) {
-			return nil, ctx.Err() // never sent
+			c.recycle()
+			return nil, notSentError{ctx.Err()}
 		}
-		// It went in a batch, which may not be written yet: what the
-		// caller does next (an undo) must not overtake it. It waits for
-		// the reply, as a lone go-redis call waits for its read; the
-		// batch ends by the latest of its callers' deadlines (see send).
-		<-c.done
+		return c.wait(ctx) // its batch may not be written yet: see inflight.go
 	}
-	reply, err := c.reply, c.err
-	*c = call{done: c.done}
-	calls.Put(c)
-	return reply, err
+}
+
+// alone sends c by itself, and then what came meanwhile.
+func (p *pipeline) alone(ln *lane, c *call) {
+	c.answer(p.d.Do(context.WithoutCancel(c.ctx), c.key, c.args...))
+	p.sendNext(ln)
 }
 
 // laneOf is the lane of key's node.
@@ -168,17 +161,14 @@ func (p *pipeline) drain(ln *lane, b []*call) {
 }
 
 // send sends b's calls in one Batch (or Do, for one), and hands each its
-// reply. The batch's context has the first caller's values (a trace, say),
-// and the latest of its callers' deadlines (none if one has none): a
-// caller that leaves does not end it (see Do), and none fails by another's
-// deadline.
+// reply. The batch's context has the first caller's values (a trace, say)
+// and no deadline: a caller leaves when its own context ends (see Do), and
+// none fails by another's.
 func (p *pipeline) send(b []*call) {
-	ctx, cancel := batchContext(b)
-	defer cancel()
+	ctx := context.WithoutCancel(b[0].ctx)
 	if len(b) == 1 {
 		c := b[0]
-		c.reply, c.err = p.d.Do(ctx, c.key, c.args...)
-		c.done <- struct{}{}
+		c.answer(p.d.Do(ctx, c.key, c.args...))
 		return
 	}
 	cmds := make([]driver.Cmd, len(b))
@@ -187,23 +177,6 @@ func (p *pipeline) send(b []*call) {
 	}
 	p.d.Batch(ctx, cmds)
 	for i, c := range b {
-		c.reply, c.err = cmds[i].Reply, cmds[i].Err
-		c.done <- struct{}{}
+		c.answer(cmds[i].Reply, cmds[i].Err)
 	}
-}
-
-// batchContext is the context of the batch b (see send).
-func batchContext(b []*call) (context.Context, context.CancelFunc) {
-	ctx := context.WithoutCancel(b[0].ctx)
-	var last time.Time
-	for _, c := range b {
-		d, ok := c.ctx.Deadline()
-		if !ok {
-			return ctx, func() {}
-		}
-		if d.After(last) {
-			last = d
-		}
-	}
-	return context.WithDeadline(ctx, last)
 }

@@ -270,21 +270,30 @@ func (c *Client) newSubscriber(ctx context.Context, node driver.Driver, k driver
 // openPubSub opens a pub/sub connection on node (on a Cluster, one that
 // hears every node's plain channels), subscribes chans, and returns it
 // with what it received first (the first confirmation), by ctx's
-// deadline. On failure it closes it.
+// deadline, whatever Redis does (a connection that comes later is
+// closed). On failure it closes it.
 func openPubSub(ctx context.Context, node driver.Driver, sharded bool, chans []string) (driver.PubSub, any, error) {
-	ps, err := node.PubSub(ctx, "")
-	if err != nil {
-		return nil, nil, err
+	type opened struct {
+		ps    driver.PubSub
+		first any
 	}
-	var first any
-	if err = ps.Subscribe(ctx, sharded, chans...); err == nil {
-		first, err = ps.Receive(ctx, until(ctx))
-	}
-	if err != nil {
-		_ = ps.Close()
-		return nil, nil, err
-	}
-	return ps, first, nil
+	wait := until(ctx)
+	o, err := within(ctx, func(ctx context.Context) (opened, error) {
+		ps, err := node.PubSub(ctx, "")
+		if err != nil {
+			return opened{}, err
+		}
+		var first any
+		if err = ps.Subscribe(ctx, sharded, chans...); err == nil {
+			first, err = ps.Receive(ctx, wait)
+		}
+		if err != nil {
+			_ = ps.Close()
+			return opened{}, err
+		}
+		return opened{ps, first}, nil
+	}, func(o opened) { _ = o.ps.Close() })
+	return o.ps, o.first, err
 }
 
 // until is the time left to ctx's deadline (subscribeTimeout if it has
@@ -460,4 +469,32 @@ func (n *notifier) anySubscribedLocked() bool {
 		}
 	}
 	return false
+}
+
+// closeSubscribers closes every subscriber, waiting for their readers
+// until until at most.
+func (n *notifier) closeSubscribers(until time.Time) {
+	n.mu.Lock()
+	subs := n.subs
+	n.subs = nil
+	for _, s := range subs {
+		if s.idle != nil {
+			s.idle.Stop()
+			s.idle = nil
+		}
+	}
+	n.mu.Unlock()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		for _, s := range subs {
+			s.close() // waits for its reader, which may be dialing again
+		}
+	}()
+	timer := time.NewTimer(time.Until(until))
+	defer timer.Stop()
+	select {
+	case <-closed:
+	case <-timer.C: // the rest end once the Redis client gives up, or is closed
+	}
 }

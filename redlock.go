@@ -17,22 +17,30 @@ func (c *Client) quorum() int { return len(c.nodes)/2 + 1 }
 // A nodeCall is one call on node i, r, of a Redlock.
 type nodeCall func(ctx context.Context, i int, r driver.Driver) (int64, error)
 
+// nodeTimeout is how long onNodes waits for a node's answer to a call of a
+// lock of ttl: a tenth of ttl, but at least 100ms (a loaded client takes
+// that long to read a reply) when half the ttl allows it, and at least
+// 10ms. A reply that late leaves less of the validity, which the caller
+// checks.
+func nodeTimeout(ttl time.Duration) time.Duration {
+	return max(ttl/10, min(100*time.Millisecond, ttl/2), 10*time.Millisecond)
+}
+
 // nodeResult is one node's answer.
 type nodeResult struct {
 	n   int64
 	err error
 }
 
-// onNodes runs f on every node in parallel, each call with a timeout of a
-// tenth of ttl (at least 10ms), and returns their answers in node order.
+// onNodes runs f on every node in parallel, each call with a timeout of
+// nodeTimeout(ttl), and returns their answers in node order.
 // It returns as soon as done, told each answer as it comes, says the
 // outcome is decided (a quorum, or too many against one), after a grace
 // of nodeGrace for answers on their way: so a node that does not answer
 // holds up nobody; or when ctx ends. The nodes that have not answered
 // then have errNoAnswer. With a nil done, or once the Client is closed, it
-// waits for every node. (go-redis applies the timeout to dialing always,
-// and to reads only with ContextTimeoutEnabled: without it, a node that
-// stops answering costs its ReadTimeout.)
+// waits for every node. The timeout holds on every driver (see bounded): a
+// node that stops answering costs it, no more.
 //
 // A call of a Lock's (turns of a Lock) takes its turn on each node first
 // (see nodeTurns), and its timeout counts from then. A release is not
@@ -45,7 +53,7 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns nodeTurns
 		r nodeResult
 	}
 	answers := make(chan answer, len(c.nodes)) // room for every answer: no sender waits
-	calls, timeout := ctx, max(ttl/10, 10*time.Millisecond)
+	calls, timeout := ctx, nodeTimeout(ttl)
 	if turns.release {
 		calls, timeout = context.WithoutCancel(ctx), min(timeout, releaseTimeout)
 	}
@@ -59,8 +67,18 @@ func (c *Client) onNodes(ctx context.Context, ttl time.Duration, turns nodeTurns
 			if turn, ok := turns.take(i); ok {
 				ctx, cancel := context.WithTimeout(calls, timeout)
 				r.n, r.err = f(ctx, i, node)
+				r.err = reword(r.err) // in padlock's words, before the nodes' errors are joined
 				cancel()
-				turns.end(i, turn) // before the answer: the caller's next call may take the turn
+				// Before the answer: the caller's next call may take the
+				// turn. A call left in flight keeps it until it is done.
+				if left := unfinished(r.err); left != nil {
+					go func() {
+						<-left
+						turns.end(i, turn)
+					}()
+				} else {
+					turns.end(i, turn)
+				}
 			}
 			answers <- answer{i, r}
 		}()
@@ -206,12 +224,27 @@ func (t *tracker) add(n int) bool {
 
 func (t *tracker) done() { t.wg.Done() }
 
-// close stops the counting and waits for the goroutines counted.
-func (t *tracker) close() {
+// close stops the counting and waits for the goroutines counted, until
+// until at most (the zero time: with no bound).
+func (t *tracker) close(until time.Time) {
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
-	t.wg.Wait()
+	if until.IsZero() {
+		t.wg.Wait()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		t.wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(time.Until(until))
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
 }
 
 // checkRedlock refuses the options Redlock cannot honour.
@@ -252,13 +285,17 @@ func (c *Client) redlockAttempt(ctx context.Context, l *Lock) (time.Duration, er
 	if took >= c.quorum() && validity > 0 {
 		return 0, l.acquired(ctx, sent, 0)
 	}
-	switch {
-	case len(errs) > 0:
-		l.undo(ctx) // the minority, and what the lost replies may have taken
-	case took > 0:
-		l.cleanup(ctx) // the minority: a token that held a quorum would have it still
-	}
 	held := len(c.nodes) - took - len(errs)
+	// Undo the minority, and what the lost replies may have taken. A
+	// token that held a quorum would have it still, every node answering;
+	// but where some did not, a chosen token's earlier take may hold a
+	// quorum with them, and stays, unless the nodes where its one key is
+	// held elsewhere leave it none. (A node that refuses a multi-key lock
+	// may still hold the token's earlier take of its other keys.)
+	keep := len(errs) > 0 && l.chosenToken() && (l.multi() != nil || len(c.nodes)-held >= c.quorum())
+	if (took > 0 || len(errs) > 0) && !keep {
+		c.after(ctx, nil, l.cleanup)
+	}
 	switch {
 	case took >= c.quorum():
 		return -1, fmt.Errorf("%w: %q: a quorum took %v, more than its ttl allows; released", ErrNotAcquired, l.key, time.Since(sent))

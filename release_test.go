@@ -20,6 +20,7 @@ import (
 // still releases the lock, at once, and the next waiter (in another
 // Client) gets it at once rather than after the ttl.
 func TestReleaseWithAnEndedContext(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	tests := []struct {
 		name string
@@ -93,6 +94,7 @@ func TestReleaseWithAnEndedContext(t *testing.T) {
 // After the lock's local deadline there is nothing to release: Release
 // returns ErrNotHeld at once and sends nothing.
 func TestReleaseAfterTheLocalDeadline(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	l, err := e.c.TryAcquire(e.ctx, e.key, 50*time.Millisecond)
 	require.NoError(t, err)
@@ -129,6 +131,7 @@ func (r *releaseCounter) landed() int {
 // Extend and TTL still honour their context (the caller asked a question:
 // an ended ctx ends it), unlike Release.
 func TestExtendAndTTLHonourAnEndedContext(t *testing.T) {
+	t.Parallel()
 	e := newReal(t, nil)
 	l, err := e.c.TryAcquire(e.ctx, e.key, 10*time.Second)
 	require.NoError(t, err)

@@ -26,7 +26,7 @@ func TestWithReplicas(t *testing.T) {
 
 	l, err := c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithFencing())
 	require.NoError(t, err)
-	assert.Equal(t, l.Token(), rr.Get(e.ctx, e.key).Val(), "on the replica when TryAcquire returned")
+	assert.Equal(t, l.Token(), unspanned(rr.Get(e.ctx, e.key).Val()), "on the replica when TryAcquire returned")
 	require.NoError(t, l.Extend(e.ctx, time.Minute))
 	kctx, stop := l.KeepAlive(e.ctx)
 	require.NoError(t, l.Release(e.ctx))
@@ -56,6 +56,7 @@ func TestWithReplicas(t *testing.T) {
 }
 
 func TestWithReplicasBadInput(t *testing.T) {
+	t.Parallel()
 	e := newMini(t)
 	_, err := e.c.TryAcquire(e.ctx, e.key, time.Minute, padlock.WithReplicas(1, 0))
 	require.ErrorIs(t, err, padlock.ErrInvalid)

@@ -38,12 +38,16 @@ import (
 //
 // It returns an error matching ErrNotHeld if token does not hold key (it
 // expired, was released, or another token holds it), ErrInvalid for an
-// empty key or token (or one WithToken would refuse), and a wrapped Redis
-// error if Redis cannot answer. It changes nothing in Redis. On a Redlock
+// empty key or token (or one WithToken would refuse), ErrClosed with no
+// round trip on a closed Client, and a wrapped Redis error if Redis
+// cannot answer. It changes nothing in Redis. On a Redlock
 // Client the token must hold the lock on a quorum of the nodes, and the
 // ttl is what the quorum still guarantees.
 func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) (*Lock, error) {
 	if _, err := c.check(ctx, key, time.Millisecond); err != nil {
+		return nil, err
+	}
+	if err := c.open("resume", key); err != nil {
 		return nil, err
 	}
 	if err := checkToken(token); err != nil {
@@ -84,13 +88,15 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
-	l.acqCmd = nil
+	// Redis's value, as it is: a semaphore's or shared hold's holder is
+	// found by it, span and all (see parseValue).
+	l.value, l.args[0], l.acqCmd = value, value, nil
 	l.sent = sent
 	l.took(sent, sent, time.Duration(minLeft)*time.Millisecond)
 	if l.fenced() {
 		l.fence = fence
 	}
-	return l, nil
+	return c.holding(l, nil)
 }
 
 // resumedAs sets the kind of a resumed Lock to what Redis holds: kind 's'
@@ -187,7 +193,7 @@ func (c *Client) redlockResume(ctx context.Context, key, token string, opts []Op
 	}
 	l.sent = sent
 	l.took(sent, sent, time.Duration(minLeft)*time.Millisecond)
-	return l, nil
+	return c.holding(l, nil)
 }
 
 // resumeNodeTTL makes onNodes give each node of a Redlock Resume or Break

@@ -23,6 +23,8 @@ import (
 // scheduler is a Client's renewal scheduler.
 type scheduler struct {
 	c        *Client
+	life     context.Context    // the context of its round trips: ended by close
+	end      context.CancelFunc //
 	mu       sync.Mutex
 	closed   bool
 	leases   map[*lease]struct{}
@@ -75,7 +77,7 @@ func (ls *lease) lostCause(now time.Time) error {
 	}
 	err := fmt.Errorf("%w: %q: no renewal reached Redis before the local deadline", ErrLost, ls.l.key)
 	if ls.err != nil {
-		err = fmt.Errorf("%w: %w", err, ls.err)
+		err = fmt.Errorf("%w: %w", err, reword(ls.err))
 	}
 	return err
 }
@@ -275,6 +277,7 @@ func (s *scheduler) close() {
 	for _, ls := range leases {
 		ls.r.closed(ls)
 	}
+	s.end() // a round trip in flight returns now (see bounded)
 	waitFor(done).wait()
 	s.soloWG.Wait()
 }
@@ -436,7 +439,7 @@ func (s *scheduler) solo(ls *lease, renew func(*lease)) {
 // the lock not ours, is done; one that fails again waits longer.
 func (s *scheduler) retryReleases(prs []*pendingRelease) {
 	for _, pr := range prs {
-		ctx, cancel := context.WithDeadline(context.Background(), earliest(pr.deadline, time.Now().Add(releaseTimeout)))
+		ctx, cancel := context.WithDeadline(s.life, earliest(pr.deadline, time.Now().Add(releaseTimeout)))
 		_, err := pr.l.release(ctx, true, false)
 		cancel()
 		switch {

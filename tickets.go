@@ -241,7 +241,7 @@ func (tickets) every() int { return 2 }
 // waiter attempts), or to retry.
 func (t tickets) renewAll(s *scheduler, leases []*lease) {
 	c, n := t.c, &t.c.notify
-	ctx, cancel := context.WithTimeout(context.Background(), leases[0].ttl/2)
+	ctx, cancel := context.WithTimeout(s.life, leases[0].ttl/2)
 	defer cancel()
 	type renewal struct {
 		ls *lease

@@ -101,10 +101,11 @@ type wait struct {
 	l          *Lock
 	w          *waiter
 	o          options
-	attempts   int  // attempts that did not get the lock
-	held       bool // it found the lock held: a timeout then is contention
-	subscribed bool // it subscribed its key's channel
-	waiting    bool // its observer was told that it waits
+	attempts   int   // attempts that did not get the lock
+	held       bool  // it found the lock held: a timeout then is contention
+	subscribed bool  // it subscribed its key's channel
+	waiting    bool  // its observer was told that it waits
+	inFlight   error // the error of an attempt left in flight (see after), or nil
 }
 
 // attempt makes one attempt. It returns the Lock once acquired, or the
@@ -122,6 +123,9 @@ func (wt *wait) attempt(ctx context.Context) (_ *Lock, again bool, _ error) {
 	code, n, err := wt.step(ctx)
 	if err != nil {
 		l.untake()
+		if unfinished(err) != nil {
+			wt.inFlight = err // its leave comes after it
+		}
 	}
 	switch {
 	case err == nil:
@@ -234,7 +238,7 @@ func (wt *wait) sleep(ctx context.Context) (_ *Lock, mustAttempt bool, _ error) 
 // stopped waiting.
 func (wt *wait) end(ctx context.Context, acquired bool) {
 	if d := wt.c.removeWaiter(wt.w, acquired); d != nil {
-		d.l.leave(ctx, d.ticket, d.keep)
+		wt.c.after(ctx, wt.inFlight, func(ctx context.Context) { d.l.leave(ctx, d.ticket, d.keep) })
 	}
 	wt.c.notify.ended()
 	if obs := wt.l.observer(); wt.waiting && obs != nil && obs.WaitDone != nil {
@@ -425,7 +429,7 @@ func (l *Lock) handed(g grant) bool {
 	l.fence, l.sent = g.fence, g.base
 	l.took(g.base, time.Now(), l.minHold())
 	l.acqCmd = nil
-	return time.Until(l.deadline()) >= l.ttl*minValidity/100
+	return time.Until(l.deadline()) >= l.ttl/100*minValidity
 }
 
 // leave takes the waiting l, whose ticket is ticket, out of its queues in
@@ -470,10 +474,7 @@ func (c *Client) depart(ds []departure, until time.Time) {
 	until = latest(until, time.Now().Add(lateCleanupTimeout))
 	ctx, cancel := context.WithDeadline(context.Background(), until)
 	defer cancel()
-	d := c.d
-	if b, ok := d.(timeBound); ok {
-		d = b.within(time.Until(until))
-	}
+	d := c.d // bounded: Close returns by until, whatever Redis does
 	sent := time.Now()
 	cmds := make([]driver.Cmd, len(ds))
 	for i, d := range ds {

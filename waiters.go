@@ -51,6 +51,7 @@ type waiter struct {
 	aside     bool      // it is in its observer's WaitStart, which Close does not wait for (see aside)
 	expires   time.Time // when what keeps it out expires, as far as it knows (zero: unknown)
 	free      bool      // its last look found what it waits for free, but waiters ahead of it
+	since     time.Time // when it began to wait (see Client.Local)
 }
 
 // A keyQueue is one key's waiters in this Client, first come first.
@@ -83,7 +84,7 @@ type notifier struct {
 // waiting holds it.
 func (c *Client) addWaiter(l *Lock) (*waiter, error) {
 	w := &waiter{key: l.key, lock: l, obs: l.observer(), wake: make(chan struct{}, 1), turn: make(chan struct{}, 1),
-		grant: make(chan grant, 1)}
+		grant: make(chan grant, 1), since: time.Now()}
 	if m := l.multi(); m != nil {
 		w.key = m[0]
 	}
@@ -318,13 +319,14 @@ func (c *Client) retoken(l *Lock, w *waiter) {
 	if ls != nil {
 		c.sched.remove(ls)
 	}
+	value := l.value
 	if !l.chosenToken() { // a chosen token stays: a grant to it is confirmed (see grantLocked)
 		tok := l.tok()
 		prefix := tok[:strings.LastIndexByte(tok, '/')+1] // a leadership's "leader/"; random tokens have no '/'
-		l.value = prefix + newToken() + l.value[len(tok):]
-		l.args[0] = l.value
+		value = prefix + newToken() + l.value[len(tok):]
 	}
 	n.mu.Lock()
+	l.value, l.args[0] = value, value // under mu: Client.Local reads a waiter's
 	w.token, w.ticket = l.tok(), l.ticket()
 	n.tokens[w.token] = w
 	n.mu.Unlock()
@@ -574,23 +576,6 @@ func (n *notifier) closeWaiters(until time.Time) []departure {
 		}
 	}
 	return leaves
-}
-
-// closeSubscribers closes every subscriber, waiting for their readers.
-func (n *notifier) closeSubscribers() {
-	n.mu.Lock()
-	subs := n.subs
-	n.subs = nil
-	for _, s := range subs {
-		if s.idle != nil {
-			s.idle.Stop()
-			s.idle = nil
-		}
-	}
-	n.mu.Unlock()
-	for _, s := range subs {
-		s.close()
-	}
 }
 
 func (n *notifier) isClosed() bool {

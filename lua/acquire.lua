@@ -50,5 +50,11 @@ if F then
     recordFence(F, tok, fence, ms)
   end
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ms)
+if v then
+  moveHold(KEYS[1], v, ARGV[1], ms) -- the same holder: taken when it was
+elseif ms ~= ARGV[2] then
+  redis.call('SET', KEYS[1], spanned(ARGV[1], ms), 'PX', ms)
+else
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ms)
+end
 return fence

@@ -5,9 +5,10 @@
 -- -2 - PTTL when some other holder has one: the longest PTTL among the
 -- keys held by others (-1 means one is held with no expiry).
 if not redis.setresp then return redis.error_reply('PADLOCK_UNSUPPORTED_SERVER') end
-local longest = nil
+local longest, vs = nil, {}
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
+  vs[i] = v
   if v and not sameToken(v, ARGV[1]) then
     local pttl = redis.call('PTTL', KEYS[i])
     if pttl < 0 then return -1 end
@@ -15,7 +16,12 @@ for i = 1, #KEYS do
   end
 end
 if longest then return -2 - longest end
+--@hold
 for i = 1, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  if vs[i] then
+    moveHold(KEYS[i], vs[i], ARGV[1], ARGV[2]) -- ours already: taken when it was
+  else
+    redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  end
 end
 return 0

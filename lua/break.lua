@@ -14,9 +14,12 @@ local kind = before[7]
 if kind ~= 'string' and kind ~= 'zset' then return {before} end
 if (kind == 'zset' or before[1] == MARKER) and #before[4] == 0 then return {before} end -- no holder left
 local K, F, Q = KEYS[1], KEYS[2], KEYS[4]
+if Q and moving(prefix(Q)) then return redis.error_reply(tryAgain) end
 if F and redis.call('EXISTS', F) == 1 then redis.call('INCR', F) end
 redis.call('DEL', K)
-if KEYS[3] then redis.call('DEL', KEYS[3], KEYS[5], prefix(Q) .. 'mins') end -- minimums too: broken holds are not kept
+if KEYS[3] then -- minimums too: broken holds are not kept (one DEL each: see grant.lua's moving)
+  for _, k in ipairs({KEYS[3], KEYS[5], prefix(Q) .. 'mins'}) do redis.call('DEL', k) end
+end
 -- Waiters on the attempt path (Redlock, keys with a brace but no hash
 -- tag) attempt when they hear this, sharded or plain (as release_many.lua).
 pcall(redis.call, 'SPUBLISH', K, 'released')

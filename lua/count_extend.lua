@@ -6,6 +6,7 @@
 --@grant
 local K, kind = KEYS[1], ARGV[3]
 local P = prefix(KEYS[2])
+if moving(P) then return redis.error_reply(tryAgain) end
 local t = now()
 local H = holders(K, P, kind)
 local score = redis.call('ZSCORE', H, ARGV[1])

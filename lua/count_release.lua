@@ -10,6 +10,7 @@
 --@grant
 local K, Q, kind = KEYS[1], KEYS[2], ARGV[2]
 local P = prefix(Q)
+if moving(P) then return redis.error_reply(tryAgain) end
 local t = now()
 expire(K, P, kind, t)
 local H = holders(K, P, kind)
@@ -21,7 +22,7 @@ if keep > 0 then
   redis.call('ZADD', H, t + keep, ARGV[1])
 else
   redis.call('ZREM', H, ARGV[1])
-  redis.call('HDEL', P .. 'fences', tokenOf(ARGV[1]))
+  redis.call('HDEL', P .. 'fences', tokenOf(ARGV[1]), tokenOf(ARGV[1]) .. ' since')
 end
 local queued = carry(Q, t, 6, ARGV[4])
 settle(K, P, kind, t)

@@ -33,6 +33,23 @@ end
 
 local function prefix(Q) return string.sub(Q, 1, -6) end
 
+-- moving reports whether this node is moving the slot of the side keys
+-- with prefix P to another (a Cluster resharding: the slot is MIGRATING
+-- here). Such a node runs a script whose declared keys it has, but fails
+-- it at the first command on a key of the slot that it lacks then (not
+-- there yet, gone already, or just deleted by the script), keeping what
+-- the script wrote before. A script that may need such a key answers
+-- TRYAGAIN (see tryAgain) before it writes anything: it ran nothing, and
+-- is sent again. (The importing node, asked, serves a command on one key
+-- it lacks; one on several fails there too, so none is sent.)
+local function moving(P)
+  local ok, e = pcall(redis.call, 'EXISTS', P .. 'absent')
+  if ok then return false end
+  if type(e) == 'table' then e = e.err end
+  return string.find(tostring(e), 'non local key', 1, true) ~= nil
+end
+local tryAgain = 'TRYAGAIN padlock: the slot of the lock is moving to another node'
+
 -- arrival is the score of a ticket that arrives at t in the queues at
 -- KEYS[2], KEYS[4], ...: after every ticket in them, even within a ms
 -- (the queues' order is the order of arrival, the same in every queue).
@@ -89,7 +106,7 @@ local function expire(K, P, kind, t)
   local gone = redis.call('ZRANGEBYSCORE', H, '-inf', t)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', H, '-inf', t)
-    for _, v in ipairs(gone) do redis.call('HDEL', P .. 'fences', tokenOf(v)) end
+    for _, v in ipairs(gone) do redis.call('HDEL', P .. 'fences', tokenOf(v), tokenOf(v) .. ' since') end
   end
 end
 
@@ -110,7 +127,8 @@ local function settle(K, P, kind, t)
   local ms = last[1] and (tonumber(last[2]) - t) or 0
   if ms <= 0 then
     if kind == 's' and redis.call('GET', K) == MARKER then redis.call('DEL', K) end
-    redis.call('DEL', H, P .. 'fences')
+    redis.call('DEL', H)
+    redis.call('DEL', P .. 'fences')
     if kind == 'n' and redis.call('EXISTS', P .. 'queue') == 0 then redis.call('DEL', P .. 'limit') end
     return
   end
@@ -158,14 +176,21 @@ local function admit(K, P, w, t)
   local hold = holdFor(P, w, t)
   if w.k == 'x' then
     local ms = string.format('%d', hold)
-    redis.call('SET', K, w.v, 'PX', ms)
+    local v = w.v
+    if hold ~= w.ttl then v = spanned(v, hold) end -- kept for a minimum
+    redis.call('SET', K, v, 'PX', ms)
     if w.f == 1 then recordFence(P .. 'fence', w.tok, fence, ms) end
     return fence
   end
   local H = holders(K, P, w.k)
   redis.call('ZADD', H, t + hold, w.v)
   if w.k == 'n' then redis.call('SET', P .. 'limit', w.l, 'KEEPTTL') end
-  if w.f == 1 then redis.call('HSET', P .. 'fences', w.tok, fence) end
+  -- When the holder came in, beside its fence (a token has no space).
+  if w.f == 1 then
+    redis.call('HSET', P .. 'fences', w.tok, fence, w.tok .. ' since', t)
+  else
+    redis.call('HSET', P .. 'fences', w.tok .. ' since', t)
+  end
   settle(K, P, w.k, t)
   return fence
 end

@@ -51,3 +51,39 @@ local function keptFor(M, token)
   if not u then return 0 end
   return math.max(tonumber(u) - now(), 0)
 end
+
+-- A lock's value carries its span after its token (' ~' and ms, before
+-- the metadata): how long after the hold was taken its key was last set
+-- to expire, so the hold was taken span - PTTL ms ago (see Inspect). A
+-- new hold's value comes with its ttl for span; what gives a hold a ttl of
+-- another length sets the span so (spanned), and what moves a hold's
+-- expiry adds the move to its span (moveHold).
+
+-- spanOf is the span of the value v, or nil if it has none.
+local function spanOf(v)
+  return tonumber(string.match(v, '^%S+ ~(%d+) ') or string.match(v, '^%S+ ~(%d+)$'))
+end
+
+-- spanned is the value v with the span ms.
+local function spanned(v, ms)
+  local tok = tokenOf(v)
+  if not tok then return v end
+  local rest = string.sub(v, #tok + 1)
+  if spanOf(v) then rest = string.match(rest, '^ ~%d+(.*)$') end
+  return tok .. ' ~' .. string.format('%d', ms) .. rest
+end
+
+-- moveHold sets the hold K, whose value is v, to expire ms from now, with
+-- the value nv (v, or the same holder's new one), as taken when it was (a
+-- value with no span, another version's, is taken now).
+-- A Redis out of memory refuses the SET (OOM) but not a PEXPIRE: the
+-- expiry moves then, and the value (its span) stays.
+local function moveHold(K, v, nv, ms)
+  ms = tonumber(ms)
+  local s, pt = spanOf(v), redis.call('PTTL', K)
+  if s and pt >= 0 then s = s + ms - pt else s = ms end
+  ms = string.format('%d', ms)
+  if not pcall(redis.call, 'SET', K, spanned(nv, s), 'PX', ms) then
+    redis.call('PEXPIRE', K, ms)
+  end
+end

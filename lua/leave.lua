@@ -11,6 +11,7 @@
 local w = parse(ARGV[1])
 local K, Q = KEYS[1], KEYS[2]
 local P = prefix(Q)
+if moving(P) then return redis.error_reply(tryAgain) end
 local t = now()
 local ticket = P .. 't:' .. w.tok
 redis.call('SET', ticket, '-', 'PX', ARGV[2])

@@ -21,6 +21,23 @@
 --
 -- The common case, nobody waiting, comes before grant.lua's functions
 -- (inserted at the marker), which would otherwise be built on every call.
+
+-- Whether a queue is served: anyone waits, or the client's waiters are
+-- to be queued. A Cluster node that is moving the keys' slot away answers
+-- TRYAGAIN then (see grant.lua's moving), before it writes anything: it
+-- would fail the script once it needs a key it lacks (a ticket, the key
+-- just deleted), keeping what the script did before.
+local queued = ARGV[5] ~= nil
+for i = 2, #KEYS, 2 do
+  if not queued and redis.call('EXISTS', KEYS[i]) == 1 then queued = true end
+end
+if queued then
+  local ok, e = pcall(redis.call, 'EXISTS', string.sub(KEYS[2], 1, -6) .. 'absent')
+  if type(e) == 'table' then e = e.err end
+  if not ok and string.find(tostring(e), 'non local key', 1, true) then
+    return redis.error_reply('TRYAGAIN padlock: the slot of the lock is moving to another node')
+  end
+end
 local fenced, kept = false, false
 if ARGV[4] ~= '' then fenced, kept = string.find(ARGV[4], 'f'), string.find(ARGV[4], 'm') and not string.find(ARGV[4], 'u') end
 local n, all = 0, true
@@ -31,9 +48,9 @@ for i = 1, #KEYS, 2 do
     if kept then
 --@hold
       keep = keptFor(P .. 'mins', tokenOf(v))
+      if keep > 0 then moveHold(KEYS[i], v, v, keep) end
     end
     if keep > 0 then
-      redis.call('PEXPIRE', KEYS[i], keep)
       if fenced then redis.call('PEXPIRE', P .. 'fences', keep) end
     else
       redis.call('DEL', KEYS[i])
@@ -46,13 +63,7 @@ for i = 1, #KEYS, 2 do
 end
 if n == 0 then return 0 end
 local ours = all and 1 or 0
-if not ARGV[5] then
-  local queued = false
-  for i = 2, #KEYS, 2 do
-    if redis.call('EXISTS', KEYS[i]) == 1 then queued = true end
-  end
-  if not queued then return ours end
-end
+if not queued then return ours end
 --@grant
 local t = now()
 local queued = carry(KEYS[2], t, 5, ARGV[3])

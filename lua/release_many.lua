@@ -16,12 +16,9 @@ for i = 1, last do
     if last < #KEYS then
 --@hold
       keep = keptFor(KEYS[2], tokenOf(v))
+      if keep > 0 then moveHold(KEYS[i], v, v, keep) end
     end
-    if keep > 0 then
-      redis.call('PEXPIRE', KEYS[i], keep)
-    else
-      redis.call('DEL', KEYS[i])
-    end
+    if keep == 0 then redis.call('DEL', KEYS[i]) end
     pcall(redis.call, 'SPUBLISH', KEYS[i], 'released')
     pcall(redis.call, 'PUBLISH', KEYS[i], 'released')
     n = n + 1

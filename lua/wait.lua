@@ -35,12 +35,13 @@ local function kept()
 end
 local function held()
   if w.k == 'x' or w.k == 'm' then
+    local vs = {}
     for i = 1, #KEYS, 2 do
-      local v = redis.call('GET', KEYS[i])
-      if not v or tokenOf(v) ~= w.tok then return nil end
+      vs[i] = redis.call('GET', KEYS[i])
+      if not vs[i] or tokenOf(vs[i]) ~= w.tok then return nil end
     end
     local ms = string.format('%d', kept())
-    for i = 1, #KEYS, 2 do redis.call('SET', KEYS[i], w.v, 'PX', ms) end
+    for i = 1, #KEYS, 2 do moveHold(KEYS[i], vs[i], w.v, ms) end -- taken when it was
     if w.f == 1 then return heldFence(P .. 'fence', w.tok, ms) end
     return 0
   end

@@ -41,17 +41,19 @@ func everyMaster(t *testing.T, p *part) {
 		place, err := cs[0].TryAcquire(ctx, k+":place", waitTTL, padlock.WithLimit(2))
 		must(t, err, "a place of %s:place", k)
 		must(t, place.Release(ctx), "Release of a place")
-		l, err = cs[1].TryAcquire(ctx, k, 300*time.Millisecond)
+	}
+	// Each kept alive from its acquire on (a lock taken in the loop
+	// above could expire before the loop ended, on a loaded machine).
+	var kctxs []context.Context
+	for _, k := range keys {
+		l, err := cs[1].TryAcquire(ctx, k, 600*time.Millisecond)
 		must(t, err, "TryAcquire %s", k)
 		locks = append(locks, l)
-	}
-	var kctxs []context.Context
-	for _, l := range locks {
 		kctx, stop := l.KeepAlive(ctx)
 		defer stop()
 		kctxs = append(kctxs, kctx)
 	}
-	time.Sleep(time.Second) // three ttls
+	time.Sleep(1500 * time.Millisecond) // two and a half ttls
 	for i, kctx := range kctxs {
 		if kctx.Err() != nil {
 			t.Errorf("the KeepAlive of %s ended: %v", keys[i], context.Cause(kctx))

@@ -62,10 +62,14 @@ func keepAlive(t *testing.T, p *part) {
 		must(t, l.Release(ctx), "Release of %s", name)
 	}
 
-	must(t, cs[1].TryDo(ctx, k+":do", ttl, func(ctx context.Context) error {
-		time.Sleep(3 * ttl)
+	// A second of ttl: a renewal may wait 600ms here before the lock is
+	// lost (CI's -race run of a Cluster beside other packages stalled one
+	// past the 200ms a 300ms ttl leaves).
+	const doTTL = time.Second
+	must(t, cs[1].TryDo(ctx, k+":do", doTTL, func(ctx context.Context) error {
+		time.Sleep(doTTL + doTTL/2)
 		return context.Cause(ctx)
-	}), "TryDo for three ttls")
+	}), "TryDo for one and a half ttls")
 }
 
 // minHold: a lock taken WithMinHold and released at once stays held until
@@ -95,7 +99,9 @@ func maxHold(t *testing.T, p *part) {
 	ctx := bounded(t)
 	c := p.client(t)
 	k := key(t)
-	const ttl, maximum = 200 * time.Millisecond, 700 * time.Millisecond
+	// A 600ms ttl: under -race and load, a Redlock's renewal of a 200ms
+	// lock once missed its local deadline.
+	const ttl, maximum = 600 * time.Millisecond, 1500 * time.Millisecond
 	start := time.Now()
 	l, err := c.TryAcquire(ctx, k, ttl, padlock.WithMaxHold(maximum))
 	must(t, err, "TryAcquire WithMaxHold")

@@ -58,7 +58,20 @@ func runSingle(t *testing.T, s Setup, srv *servers) {
 	dep := Deployment{Kind: driver.Single, Addrs: []string{one.Addr()}}
 	p := newPart(t, s, dep, redis.NewClient(&redis.Options{Addr: one.Addr()}), one)
 	p.srv, p.nodes = srv, []*redistest.Server{one}
-	p.runAll(t, slices.Concat(commonChecks, singleChecks))
+	// The bound checks first, one at a time, before the others run in
+	// parallel: ShortDeadlines loads the machine, and the others time
+	// round trips against short ttls. PubSubIdle, which only waits (11s,
+	// on a server of its own), runs beside them.
+	t.Run("Before", func(t *testing.T) {
+		p.runAll(t, singleChecks)
+		t.Run("Bounds", func(t *testing.T) {
+			t.Parallel()
+			for _, c := range boundChecks {
+				t.Run(c.name, func(t *testing.T) { c.run(t, p) })
+			}
+		})
+	})
+	p.runAll(t, commonChecks)
 }
 
 // runCluster runs the checks on a Cluster of three masters, created with

@@ -430,171 +430,52 @@ func (s *Server) cleanup() {
 	s.kill()
 }
 
-// StartCluster starts a one-node Redis Cluster: a server in cluster mode
-// that owns all 16384 slots. It checks slots as a bigger cluster does (a
-// script's keys must share one slot), and go-redis's ClusterClient talks to
-// it as to any cluster.
-func StartCluster(t T) *Server {
+// DeadAddr is a loopback address where no Redis answers: a listener of
+// the test's own that closes every connection at once. It stays open
+// until the test ends, so no other test binary's server can start on the
+// port meanwhile, as one could on a port closed at once.
+func DeadAddr(t T) string {
 	t.Helper()
-	s := Start(t, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"))
-	rdb := s.Client()
-	ctx := context.Background()
-	if err := rdb.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
-		t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE: %v", err)
-	}
-	deadline := time.Now().Add(startTimeout)
-	for {
-		info, err := rdb.ClusterInfo(ctx).Result()
-		if err == nil && strings.Contains(info, "cluster_state:ok") {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: cluster not ok after %v: %v %s", startTimeout, err, info)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// StartSentinel starts a Redis Sentinel that monitors primary under the
-// name master, with a quorum of 1, for go-redis's failover clients. It
-// takes a primary for down after a second of silence, as a test wants.
-// opts configure the Sentinel's server (WithBinary: the same binary as
-// the primary's, in Sentinel mode).
-func StartSentinel(t T, primary *Server, master string, opts ...Option) *Server {
-	t.Helper()
-	conf := filepath.Join(t.TempDir(), "sentinel.conf")
-	line := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\n", master, primary.Port()) +
-		fmt.Sprintf("sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 5000\n", master, master)
-	if err := os.WriteFile(conf, []byte(line), 0o600); err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	return Start(t, withOpts(opts, func(c *config) {
-		c.conf = conf
-		c.args = append(c.args, "--sentinel")
-	})...)
-}
-
-// StartReplica starts a replica of primary, configured by opts (as
-// WithBinary), and waits until it is in sync.
-func StartReplica(t T, primary *Server, opts ...Option) *Server {
-	t.Helper()
-	s := Start(t, withOpts(opts, WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))...)
-	rdb := s.Client()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		info, err := rdb.Info(context.Background(), "replication").Result()
-		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: replica not in sync after %v: %v %s", startTimeout, err, info)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// StartClusterN starts a Redis Cluster of n masters (no replicas), each
-// configured by opts (as WithBinary), created with redis-cli --cluster
-// create, and waits until every node reports the cluster ok.
-func StartClusterN(t T, n int, opts ...Option) []*Server {
-	t.Helper()
-	nodes := make([]*Server, n)
-	args := []string{"--cluster", "create"}
-	for i := range nodes {
-		nodes[i] = Start(t, withOpts(opts, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000"))...)
-		args = append(args, nodes[i].Addr())
-	}
-	args = append(args, "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
-	}
-	deadline := time.Now().Add(startTimeout)
-	for _, s := range nodes {
-		rdb := s.Client()
-		for {
-			info, err := rdb.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("redistest: cluster not ok after %v: %v %s", startTimeout, err, info)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	return nodes
-}
-
-// StartClusterMaster starts a cluster node that joins the cluster of
-// nodes (CLUSTER MEET) as a master that owns no slot, as a cluster that
-// grows adds one before slots migrate to it, and waits until it and each
-// of nodes know every node of the cluster. No slot map (CLUSTER SLOTS)
-// lists it until it owns a slot.
-func StartClusterMaster(t T, nodes ...*Server) *Server {
-	t.Helper()
-	s := Start(t, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "2000"))
-	ctx := context.Background()
-	all := append([]*Server{s}, nodes...)
-	clients := make([]*redis.Client, len(all))
-	for i, n := range all {
-		clients[i] = n.Client()
-	}
-	known := func(rdb *redis.Client) int {
-		info, _ := rdb.ClusterInfo(ctx).Result()
-		_, n, _ := strings.Cut(info, "cluster_known_nodes:")
-		count, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(n, "\n", 2)[0]))
-		return count
-	}
-	want := known(clients[1]) + 1
-	if err := clients[0].ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(nodes[0].Port())).Err(); err != nil {
-		t.Fatalf("redistest: CLUSTER MEET: %v", err)
-	}
-	deadline := time.Now().Add(startTimeout)
-	for i, rdb := range clients {
-		for known(rdb) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("redistest: %s knows %d nodes after %v, not %d", all[i].Addr(), known(rdb), startTimeout, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	return s
-}
-
-// StartClusterReplica starts a cluster node, configured by opts (as
-// WithBinary), that joins the cluster of primary as its replica, and waits
-// until it is in sync.
-func StartClusterReplica(t T, primary *Server, opts ...Option) *Server {
-	t.Helper()
-	s := Start(t, withOpts(opts, WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "2000"))...)
-	ctx := context.Background()
-	prdb, rdb := primary.Client(), s.Client()
-	id, err := prdb.Do(ctx, "CLUSTER", "MYID").Text()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("redistest: CLUSTER MYID: %v", err)
+		t.Fatalf("redistest: listen: %v", err)
 	}
-	if err := rdb.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(primary.Port())).Err(); err != nil {
-		t.Fatalf("redistest: CLUSTER MEET: %v", err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+// Calls is how many times the server rdb talks to has run the command cmd
+// ("scan", "evalsha"...) since it started, as INFO commandstats counts.
+func Calls(t T, rdb *redis.Client, cmd string) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("redistest: INFO commandstats: %v", err)
 	}
-	deadline := time.Now().Add(startTimeout)
-	replicating := false
-	for {
-		// REPLICATE needs the primary known first: retried until it is.
-		var err error
-		if !replicating {
-			err = rdb.Do(ctx, "CLUSTER", "REPLICATE", id).Err()
-			replicating = err == nil
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls=")
+		if !ok {
+			continue
 		}
-		info, _ := rdb.Info(ctx, "replication").Result()
-		if replicating && strings.Contains(info, "master_link_status:up") {
-			return s
+		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest+",", ',')], 10, 64)
+		if err != nil {
+			t.Fatalf("redistest: INFO commandstats: %q: %v", line, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: cluster replica not in sync after %v: %v %s", startTimeout, err, info)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return n
 	}
+	return 0
 }
