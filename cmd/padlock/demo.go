@@ -38,10 +38,13 @@ type demo struct {
 
 // demoCmd is 'padlock demo'.
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fset := newFlags("demo", "padlock demo [-redis URL]",
-		"Plays the common cases of a distributed lock, with no Redis needed.", stderr)
-	redisURL := fset.String("redis", "", "run against this Redis URL instead of an embedded miniredis")
-	if code, ok := parseFlags(fset, args); !ok {
+	v := newVerb("demo", "padlock demo [-redis URL] [-timeout D]",
+		"Plays the common cases of a distributed lock, with no Redis needed.",
+		"  0      every case behaved as promised\n  1      a claim did not hold, or the embedded Redis could not start\n"+
+			exitUsageHelp+exitRedisHelp, stdout, stderr)
+	redisURL := v.fset.String("redis", "", "run against this Redis URL instead of an embedded miniredis")
+	timeoutFlag := addTimeoutFlag(v.fset)
+	if code, ok := v.parseFlags(args, ""); !ok {
 		return code
 	}
 
@@ -51,7 +54,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		var err error
 		fipsoff.Run(func() { err = mr.StartAddr("127.0.0.1:0") })
 		if err != nil {
-			fmt.Fprintf(stderr, "padlock demo: start embedded Redis: %v\n", err)
+			fmt.Fprintf(stderr, "padlock demo: cannot start the embedded Redis: %v\n", err)
 			return 1
 		}
 		defer mr.Close()
@@ -59,14 +62,21 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		d.rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		fmt.Fprintln(stdout, "Using an embedded Redis (miniredis): no server needed. Long waits are simulated.")
 	} else {
-		rdb, err := dial(*redisURL)
+		t, err := timeout(v.fset, *timeoutFlag)
 		if err != nil {
-			fmt.Fprintf(stderr, "padlock demo: %v\n", err)
-			return exitUsage
+			return v.usageError("%v", err)
 		}
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			fmt.Fprintf(stderr, "padlock demo: cannot reach Redis at %s: %v\n", redact(*redisURL), err)
-			return exitUnavailable
+		c := conn{url: *redisURL, timeout: t}
+		rdb, err := c.dial()
+		if err != nil {
+			return v.usageError("%v", err)
+		}
+		pctx, cancel := c.call(ctx)
+		err = rdb.Ping(pctx).Err()
+		cancel()
+		if err != nil {
+			_ = rdb.Close()
+			return v.fail("reach Redis", c, err)
 		}
 		d.rdb = rdb
 		// Keys of this run's own, so as not to meet anyone's real locks.

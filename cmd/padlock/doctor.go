@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -29,6 +28,7 @@ type nodeJSON struct {
 	Server          string   `json:"server,omitempty"`
 	Version         string   `json:"version,omitempty"`
 	Role            string   `json:"role,omitempty"`
+	Primary         string   `json:"primary,omitempty"`
 	Replicas        int      `json:"replicas"`
 	Cluster         bool     `json:"cluster"`
 	ShardedPubSub   bool     `json:"sharded_pubsub"`
@@ -36,6 +36,7 @@ type nodeJSON struct {
 	AppendFsync     string   `json:"appendfsync,omitempty"`
 	MaxMemory       int64    `json:"maxmemory"`
 	MaxMemoryPolicy string   `json:"maxmemory_policy,omitempty"`
+	UsedMemory      int64    `json:"used_memory"`
 	NotChecked      []string `json:"not_checked,omitempty"`
 	Error           string   `json:"error,omitempty"`
 }
@@ -58,39 +59,32 @@ type findingJSON struct {
 // doctorCmd is 'padlock doctor'. It exits 0 when nothing is a danger, 1
 // when something is, 69 when Redis cannot be reached, 64 on usage errors.
 func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fset := newFlags("doctor", "padlock doctor [-redis URL] [-key KEY] [-json]",
-		"Checks whether the Redis at URL is safe for locks: its version, role and replicas, persistence and eviction settings, "+
-			"whether the user may run every command padlock needs, and a full lock cycle on KEY (deleted afterwards). "+
-			"Prints one line per finding, most severe first. Exits 0 when nothing is a danger, 1 when something is, 69 when Redis cannot be reached.", stderr)
-	redisURL := redisFlag(fset)
-	key := fset.String("key", "lock:padlock-doctor", "the key of the lock cycle: one nobody else uses")
-	asJSON := fset.Bool("json", false, "print the report as one JSON object")
-	if code, ok := parseFlags(fset, args); !ok {
+	v := newVerb("doctor", "padlock doctor [-redis URL] [-timeout D] [-key KEY] [-json]",
+		"Checks whether the Redis at URL is safe for locks: its version, role and replicas,\n"+
+			"persistence and eviction settings, whether the user may run every command padlock\n"+
+			"needs, and a full lock cycle on KEY (deleted afterwards). Prints one line per\n"+
+			"finding, most severe first. -timeout bounds each request, not the whole check.",
+		"  0      nothing is a danger\n  1      something is a danger\n"+exitUsageHelp+exitRedisHelp, stdout, stderr)
+	rf := addRedisFlags(v.fset)
+	key := v.fset.String("key", "lock:padlock-doctor", "the key of the lock cycle: one nobody else uses")
+	asJSON := v.fset.Bool("json", false, "print the report as one JSON object")
+	if code, ok := v.parseFlags(args, " (-key KEY names its key)"); !ok {
 		return code
 	}
-	if fset.NArg() != 0 {
-		fset.Usage()
-		return exitUsage
-	}
-	c, done, code := client(*redisURL, "doctor", stderr)
-	if c == nil {
+	c, locks, done, code := v.connect(rf)
+	if locks == nil {
 		return code
 	}
 	defer done()
 
-	report, err := c.Check(ctx, *key)
-	switch {
-	case errors.Is(err, padlock.ErrInvalid):
-		fmt.Fprintf(stderr, "padlock doctor: %v\n", err)
-		return exitUsage
-	case err != nil:
-		fmt.Fprintf(stderr, "padlock: cannot check %s: %v\n", redact(*redisURL), err)
-		return exitUnavailable
+	report, err := locks.Check(ctx, *key)
+	if err != nil {
+		return v.fail("check whether Redis is safe for locks", c, err)
 	}
 	if *asJSON {
 		err = json.NewEncoder(stdout).Encode(reportJSON(report))
 	} else {
-		err = printReport(stdout, redact(*redisURL), report)
+		err = printReport(stdout, redact(c.url), report)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "padlock doctor: %v\n", err)
@@ -105,9 +99,9 @@ func doctorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 func reportJSON(r padlock.Report) doctorJSON {
 	out := doctorJSON{Key: r.Key, Safe: !r.HasDanger(), Nodes: []nodeJSON{}, Cycle: []stepJSON{}, Findings: []findingJSON{}}
 	for _, n := range r.Nodes {
-		nj := nodeJSON{Addr: n.Addr, Server: n.Server, Version: n.Version, Role: n.Role, Replicas: n.Replicas, Cluster: n.Cluster,
+		nj := nodeJSON{Addr: n.Addr, Server: n.Server, Version: n.Version, Role: n.Role, Primary: n.Primary, Replicas: n.Replicas, Cluster: n.Cluster,
 			ShardedPubSub: n.ShardedPubSub, AOF: n.AOF, AppendFsync: n.AppendFsync, MaxMemory: n.MaxMemory,
-			MaxMemoryPolicy: n.MaxMemoryPolicy, NotChecked: n.NotChecked}
+			MaxMemoryPolicy: n.MaxMemoryPolicy, UsedMemory: n.UsedMemory, NotChecked: n.NotChecked}
 		if n.Err != nil {
 			nj.Error = n.Err.Error()
 		}
@@ -176,7 +170,11 @@ func nodeSummary(n padlock.NodeInfo) string {
 		parts = append(parts, n.Server+" "+n.Version)
 	}
 	if !unread("replication") {
-		parts = append(parts, fmt.Sprintf("%s with %d replica(s)", n.Role, n.Replicas))
+		role := n.Role
+		if n.Primary != "" {
+			role += " of " + n.Primary
+		}
+		parts = append(parts, fmt.Sprintf("%s with %d replica(s)", role, n.Replicas))
 	}
 	if n.Cluster {
 		parts = append(parts, "cluster")
@@ -195,7 +193,7 @@ func nodeSummary(n padlock.NodeInfo) string {
 		if n.MaxMemory == 0 {
 			parts = append(parts, "no maxmemory")
 		} else {
-			parts = append(parts, fmt.Sprintf("maxmemory %d bytes, %s", n.MaxMemory, n.MaxMemoryPolicy))
+			parts = append(parts, fmt.Sprintf("maxmemory %d bytes, %s, %d used", n.MaxMemory, n.MaxMemoryPolicy, n.UsedMemory))
 		}
 	}
 	if len(n.NotChecked) > 0 {

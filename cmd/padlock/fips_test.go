@@ -18,6 +18,7 @@ import (
 // redis-server, with a holder that releases while it waits. Before padlock
 // stopped hashing its scripts itself, the process panicked before main.
 func TestTheCommandRunsInFIPSOnlyMode(t *testing.T) {
+	t.Parallel()
 	env := func(url string) []string {
 		return append(os.Environ(), "GODEBUG=fips140=only", "PADLOCK_REDIS_URL="+url, "REDIS_URL=")
 	}

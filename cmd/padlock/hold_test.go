@@ -17,6 +17,7 @@ import (
 // -min-hold 2s` keeps its command running to its end, and exits with its
 // status: Redis holds the key by its token until the minimum.
 func TestRunMinHoldOutlivesAnOutage(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cmd := padlockCmd(t, "redis://"+srv.Addr(), "run", "-ttl", "300ms", "-min-hold", "2s", "-grace", "100ms", "lock:outage", "--",
 		"sh", "-c", "echo started; sleep 1.5")

@@ -3,72 +3,38 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"time"
-
-	"github.com/padlock-go/padlock"
 )
-
-// inspectJSON is the -json output of 'padlock inspect'.
-type inspectJSON struct {
-	Key      string       `json:"key"`
-	Held     bool         `json:"held"`
-	Kind     string       `json:"kind,omitempty"`
-	Token    string       `json:"token,omitempty"`
-	Metadata string       `json:"metadata,omitempty"`
-	TTLMs    int64        `json:"ttl_ms"`
-	Fence    int64        `json:"fence"`
-	Holders  []holderJSON `json:"holders,omitempty"`
-	Waiting  int          `json:"waiting"`
-}
-
-// holderJSON is one holder of a semaphore or shared hold.
-type holderJSON struct {
-	Token    string `json:"token"`
-	Metadata string `json:"metadata,omitempty"`
-	TTLMs    int64  `json:"ttl_ms"`
-	Fence    int64  `json:"fence,omitempty"`
-}
 
 // inspectCmd is 'padlock inspect'. It exits 0 whether or not the lock is
 // held, 69 if Redis cannot answer.
 func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fset := newFlags("inspect", "padlock inspect [-redis URL] [-json] KEY",
-		"Shows who holds the lock KEY (every holder of a semaphore or shared hold), how long they have left, its fencing counter, and how many clients wait.", stderr)
-	redisURL := redisFlag(fset)
-	asJSON := fset.Bool("json", false, "print one JSON object")
-	if code, ok := parseFlags(fset, args); !ok {
+	v := newVerb("inspect", "padlock inspect [-redis URL] [-timeout D] [-json] KEY",
+		"Shows who holds the lock KEY (every holder of a semaphore or shared hold), how long\n"+
+			"they have left, its fencing counter, and how many clients wait.",
+		"  0      done, whether or not KEY is held\n"+exitUsageHelp+exitRedisHelp, stdout, stderr)
+	rf := addRedisFlags(v.fset)
+	asJSON := v.fset.Bool("json", false, "print one JSON object")
+	key, c, code, ok := v.keyAndConn(args, rf)
+	if !ok {
 		return code
 	}
-	if fset.NArg() != 1 {
-		fset.Usage()
-		return exitUsage
-	}
-	locks, done, code := client(*redisURL, "inspect", stderr)
+	locks, done, code := v.client(c)
 	if locks == nil {
 		return code
 	}
 	defer done()
-
-	info, err := locks.Inspect(ctx, fset.Arg(0))
-	switch {
-	case errors.Is(err, padlock.ErrInvalid):
-		fmt.Fprintf(stderr, "padlock inspect: %v\n", err)
-		return exitUsage
-	case err != nil:
-		fmt.Fprintf(stderr, "padlock: cannot inspect %s: %v\n", fset.Arg(0), err)
-		return exitUnavailable
+	ictx, cancel := c.call(ctx)
+	defer cancel()
+	info, err := locks.Inspect(ictx, key)
+	if err != nil {
+		return v.fail("read the lock "+key, c, err)
 	}
 
 	if *asJSON {
-		out := inspectJSON{Key: info.Key, Held: info.Held, Kind: info.Kind, Token: info.Token, Metadata: info.Metadata,
-			TTLMs: info.TTL.Milliseconds(), Fence: info.Fence, Waiting: info.Waiting}
-		for _, h := range info.Holders {
-			out.Holders = append(out.Holders, holderJSON{Token: h.Token, Metadata: h.Metadata, TTLMs: h.TTL.Milliseconds(), Fence: h.Fence})
-		}
-		if err := json.NewEncoder(stdout).Encode(out); err != nil {
+		if err := json.NewEncoder(stdout).Encode(info); err != nil {
 			fmt.Fprintf(stderr, "padlock inspect: %v\n", err)
 			return 1
 		}
@@ -78,14 +44,10 @@ func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "%s: not held (fence counter %d)\n", info.Key, info.Fence)
 		return 0
 	}
-	ttl := "no expiry"
-	if info.TTL >= 0 {
-		ttl = info.TTL.Round(time.Millisecond).String()
-	}
-	if info.Kind != "lock" {
+	if info.Kind == "semaphore" || info.Kind == "shared" {
 		fmt.Fprintf(stdout, "%s: %s, %d holders\n", info.Key, map[string]string{"semaphore": "semaphore", "shared": "shared hold"}[info.Kind], len(info.Holders))
 		for _, h := range info.Holders {
-			fmt.Fprintf(stdout, "  holder:   %s\n    token:  %s\n    ttl:    %s\n", orNone(h.Metadata), h.Token, h.TTL.Round(time.Millisecond))
+			fmt.Fprintf(stdout, "  holder:   %s\n    token:  %s\n    ttl:    %s\n", orNone(h.Metadata), h.Token, ttlString(h.TTL))
 			if h.Fence > 0 {
 				fmt.Fprintf(stdout, "    fence:  %d\n", h.Fence)
 			}
@@ -93,11 +55,33 @@ func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "  fence:    %d\n  waiting:  %d\n", info.Fence, info.Waiting)
 		return 0
 	}
-	fmt.Fprintf(stdout, "%s: held\n  holder:   %s\n  token:    %s\n  ttl:      %s\n  fence:    %d\n  waiting:  %d\n",
-		info.Key, orNone(info.Metadata), info.Token, ttl, info.Fence, info.Waiting)
+	what := "held"
+	if info.Kind == "leader" {
+		what = "led"
+	}
+	fmt.Fprintf(stdout, "%s: %s\n  holder:   %s\n  token:    %s\n  ttl:      %s\n  fence:    %d\n  waiting:  %d\n",
+		info.Key, what, orNone(info.Metadata), info.Token, ttlString(info.TTL), info.Fence, info.Waiting)
 	return 0
 }
 
+// ttlString is a holder's time left, rounded to the millisecond; "no
+// expiry" for a key that never expires (one that padlock did not write).
+func ttlString(ttl time.Duration) string {
+	if ttl < 0 {
+		return "no expiry"
+	}
+	return ttl.Round(time.Millisecond).String()
+}
+
+// left is how long a holder has left ("1m0s left"), or "no expiry".
+func left(ttl time.Duration) string {
+	if ttl < 0 {
+		return "no expiry"
+	}
+	return ttlString(ttl) + " left"
+}
+
+// orNone is a holder's metadata, or says there is none.
 func orNone(s string) string {
 	if s == "" {
 		return "(no metadata)"

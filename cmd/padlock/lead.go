@@ -27,25 +27,22 @@ type leaderJSON struct {
 // leaderCmd is 'padlock leader'. It exits 0 whether or not someone leads,
 // 69 if Redis cannot answer.
 func leaderCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fset := newFlags("leader", "padlock leader [-redis URL] [-json] [-watch] KEY",
+	v := newVerb("leader", "padlock leader [-redis URL] [-timeout D] [-json] [-watch] KEY",
 		"Shows who leads KEY (its value, term and ttl), or, with -watch, every change\n"+
-			"until interrupted: one line (or JSON object) per state.", stderr)
-	redisURL := redisFlag(fset)
-	asJSON := fset.Bool("json", false, "print JSON objects")
-	watch := fset.Bool("watch", false, "follow changes until interrupted")
-	if code, ok := parseFlags(fset, args); !ok {
+			"until interrupted: one line (or JSON object) per state.",
+		"  0      done, whether or not someone leads KEY; with -watch, interrupted\n"+exitUsageHelp+exitRedisHelp, stdout, stderr)
+	rf := addRedisFlags(v.fset)
+	asJSON := v.fset.Bool("json", false, "print JSON objects")
+	watch := v.fset.Bool("watch", false, "follow changes until interrupted")
+	key, c, code, ok := v.keyAndConn(args, rf)
+	if !ok {
 		return code
 	}
-	if fset.NArg() != 1 {
-		fset.Usage()
-		return exitUsage
-	}
-	locks, done, code := client(*redisURL, "leader", stderr)
+	locks, done, code := v.client(c)
 	if locks == nil {
 		return code
 	}
 	defer done()
-	key := fset.Arg(0)
 	show := func(info padlock.LeaderInfo) {
 		if *asJSON {
 			_ = json.NewEncoder(stdout).Encode(leaderJSON{Key: key, Leader: info.Term != 0, Value: info.Value, Term: info.Term, TTLMs: info.TTL.Milliseconds()})
@@ -57,19 +54,16 @@ func leaderCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		fmt.Fprintf(stdout, "%s: %s (term %d, %v left)\n", key, orNone(info.Value), info.Term, info.TTL.Round(time.Millisecond))
 	}
+	// Reach Redis once first, so that an unreachable one is an exit status.
+	lctx, cancel := c.call(ctx)
+	info, err := locks.Leader(lctx, key)
+	cancel()
+	if err != nil && !errors.Is(err, padlock.ErrNoLeader) {
+		return v.fail("read who leads "+key, c, err)
+	}
 	if !*watch {
-		info, err := locks.Leader(ctx, key)
-		if err != nil && !errors.Is(err, padlock.ErrNoLeader) {
-			code, _ := failure("leader", key, err, stderr)
-			return code
-		}
 		show(info)
 		return 0
-	}
-	// Reach Redis once first, so that an unreachable one is an exit status.
-	if _, err := locks.Leader(ctx, key); err != nil && !errors.Is(err, padlock.ErrNoLeader) {
-		code, _ := failure("leader", key, err, stderr)
-		return code
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -79,45 +73,88 @@ func leaderCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 0
 }
 
+// leadExits are the exit statuses of 'padlock lead', for its -h.
+const leadExits = "  N      the command's own status (128+N if signal N killed it)\n" +
+	exitUsageHelp + exitRedisHelp +
+	"  126    the command could not be started\n" +
+	"  127    the command was not found\n" +
+	"  128+N  signal N came before the command ran\n"
+
 // leadCmd is 'padlock lead': it runs COMMAND while leading KEY, campaigns
 // again when the leadership is lost, and on SIGTERM or SIGINT stops the
 // command, resigns and exits with the command's status.
 func leadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fset := newFlags("lead", "padlock lead [flags] KEY -- COMMAND [ARGS...]",
+	v := newVerb("lead", "padlock lead [flags] KEY -- COMMAND [ARGS...]",
 		"Runs COMMAND while this process leads KEY; when the leadership is lost it\n"+
 			"terminates COMMAND and campaigns again. SIGTERM or SIGINT stops COMMAND,\n"+
 			"resigns (the next candidate leads at once) and exits with its status.\n"+
-			"The command sees PADLOCK_KEY and PADLOCK_TERM.", stderr)
-	redisURL := redisFlag(fset)
-	ttl := fset.Duration("ttl", 10*time.Second, "leadership TTL; renewed every ttl/3")
-	value := fset.String("value", defaultMetadata(), "what 'padlock leader' shows for this leader")
-	grace := fset.Duration("grace", 5*time.Second, "when the leadership is lost: time between SIGTERM and SIGKILL")
-	if code, ok := parseFlags(fset, args); !ok {
+			"The command sees PADLOCK_KEY and PADLOCK_TERM.", leadExits, stdout, stderr)
+	rf := addRedisFlags(v.fset)
+	ttl := v.fset.Duration("ttl", 10*time.Second, "leadership TTL; renewed every ttl/3")
+	value := v.fset.String("value", "", "what 'padlock leader' shows for this leader\n(default \"host=HOSTNAME pid=PID\" of this process)")
+	grace := v.fset.Duration("grace", 5*time.Second, "when the leadership is lost: time between SIGTERM and SIGKILL")
+	if code, ok := v.parse(args); !ok {
 		return code
 	}
-	key, command, ok := keyAndCommand(fset, "lead", stderr)
+	key, command, code, ok := v.keyAndCommand()
 	switch {
 	case !ok:
-		return exitUsage
+		return code
+	case *ttl < time.Millisecond:
+		return v.usageError("-ttl %v is under 1ms", *ttl)
 	case *grace < 0:
-		fmt.Fprintln(stderr, "padlock lead: -grace cannot be negative")
-		return exitUsage
+		return v.usageError("-grace %v cannot be negative", *grace)
 	}
-	rdb, err := dial(*redisURL)
+	c, err := rf.conn()
 	if err != nil {
-		fmt.Fprintf(stderr, "padlock lead: %v\n", err)
-		return exitUsage
+		return v.usageError("%v", err)
 	}
-	defer rdb.Close()
-	locks := padlock.New(rdb, padlock.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
-	defer locks.Close()
+	if !isSet(v.fset, "value") {
+		*value = defaultMetadata()
+	}
+	locks, done, code := v.client(c, padlock.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
+	if locks == nil {
+		return code
+	}
+	defer done()
+	// Reach Redis once first, so that a wrong URL is an exit status; once
+	// it has answered, Lead campaigns through outages.
+	rctx, cancel := c.call(ctx)
+	_, err = locks.Leader(rctx, key)
+	cancel()
+	if err != nil && !errors.Is(err, padlock.ErrNoLeader) {
+		return v.fail("reach Redis to lead "+key, c, err)
+	}
 
+	last, got, err := leadUntilSignal(ctx, locks, key, *ttl, *value, func(lead context.Context, term int64) (int, error) {
+		return runLeading(lead, key, term, command, *grace, stdout, stderr)
+	})
+	switch {
+	case errors.Is(err, padlock.ErrInvalid):
+		return v.usageError("%s", cause(err))
+	case errors.Is(err, errCannotStart):
+		return last
+	case got != nil:
+		if last >= 0 {
+			return last
+		}
+		return 128 + int(got.(syscall.Signal))
+	case err != nil && !errors.Is(err, errExited):
+		return v.fail("lead "+key, c, err)
+	}
+	return last
+}
+
+// leadUntilSignal leads key with run until SIGTERM, SIGINT or SIGHUP (got)
+// or ctx ends, and returns run's last exit status (-1 if none tells how
+// the process ends) and Lead's error.
+func leadUntilSignal(ctx context.Context, locks *padlock.Client, key string, ttl time.Duration, value string,
+	run func(lead context.Context, term int64) (int, error)) (last int, got os.Signal, err error) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	lctx, stopLead := context.WithCancel(ctx)
 	defer stopLead()
-	var got os.Signal // the signal that ended it, once one did
 	sigDone := make(chan struct{})
 	go func() {
 		defer close(sigDone)
@@ -127,11 +164,9 @@ func leadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case <-lctx.Done():
 		}
 	}()
-
-	last := -1 // the command's last exit status
-	err = locks.Lead(lctx, key, *ttl, *value, func(lead context.Context) error {
-		term := padlock.LeadershipFromContext(lead).Term()
-		code, err := runLeading(lead, key, term, command, *grace, stdout, stderr)
+	last = -1
+	err = locks.Lead(lctx, key, ttl, value, func(lead context.Context) error {
+		code, err := run(lead, padlock.LeadershipFromContext(lead).Term())
 		last = code
 		if err == nil && lctx.Err() == nil {
 			last = -1 // stopped for the lost leadership: it says nothing of how padlock ends
@@ -140,22 +175,7 @@ func leadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	})
 	stopLead()
 	<-sigDone
-	switch {
-	case errors.Is(err, padlock.ErrInvalid):
-		fmt.Fprintf(stderr, "padlock lead: %v\n", err)
-		return exitUsage
-	case errors.Is(err, errCannotStart):
-		return last
-	case got != nil:
-		if last >= 0 {
-			return last
-		}
-		return 128 + int(got.(syscall.Signal))
-	case err != nil && !errors.Is(err, errExited):
-		fmt.Fprintf(stderr, "padlock: lead %s: %v\n", key, err)
-		return exitUnavailable
-	}
-	return last
+	return last, got, err
 }
 
 var (
@@ -180,8 +200,8 @@ func runLeading(lead context.Context, key string, term int64, command []string, 
 		return status(cmd.ProcessState), errExited
 	case <-lead.Done():
 	}
-	if cause := context.Cause(lead); !errors.Is(cause, context.Canceled) {
-		fmt.Fprintf(stderr, "padlock: leadership of %s lost (%v); terminating the command\n", key, cause)
+	if why := context.Cause(lead); !errors.Is(why, context.Canceled) {
+		fmt.Fprintf(stderr, "padlock lead: leadership of %s lost (%s); terminating the command\n", key, cause(why))
 	}
 	group(syscall.SIGTERM)
 	kill := time.AfterFunc(grace, func() { group(syscall.SIGKILL) })

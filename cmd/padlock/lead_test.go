@@ -45,6 +45,15 @@ func startLead(t *testing.T, url, key, value string) *leader {
 	return ld
 }
 
+// inLine waits until n processes wait in line for key.
+func inLine(t *testing.T, s server, key string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		info, err := s.c.Inspect(t.Context(), key)
+		return err == nil && info.Waiting == n
+	}, 10*time.Second, 10*time.Millisecond, "%d waiting for %q", n, key)
+}
+
 // leading waits up to limit for the command to start, and returns its term
 // and pid; ok false if it did not.
 func (l *leader) leading(limit time.Duration) (term int64, pid int, ok bool) {
@@ -92,7 +101,7 @@ func TestLead(t *testing.T) {
 	assert.Greater(t, term2, term1)
 
 	third := startLead(t, s.url, "lead:cron", "host-3")
-	time.Sleep(300 * time.Millisecond) // it waits in line
+	inLine(t, s, "lead:cron", 1)
 	require.NoError(t, second.cmd.Process.Signal(syscall.SIGTERM))
 	stopped := time.Now()
 	_, _, ok = third.leading(3 * time.Second)
@@ -106,7 +115,7 @@ func TestLead(t *testing.T) {
 
 	// A signal while it waits to lead: 128 + the signal, nothing ran.
 	fourth := startLead(t, s.url, "lead:cron", "host-4")
-	time.Sleep(300 * time.Millisecond)
+	inLine(t, s, "lead:cron", 1) // its signal handler is set by then
 	require.NoError(t, fourth.cmd.Process.Signal(syscall.SIGINT))
 	err = fourth.cmd.Wait()
 	require.ErrorAs(t, err, &exit)
@@ -114,6 +123,7 @@ func TestLead(t *testing.T) {
 }
 
 func TestLeaderJSONAndWatch(t *testing.T) {
+	t.Parallel()
 	s := startRedis(t)
 	r := padlockRun(t, s.url, "leader", "-json", "lead:none")
 	require.Equal(t, 0, r.code, r.stderr)

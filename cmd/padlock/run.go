@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -19,50 +18,59 @@ import (
 	"github.com/padlock-go/padlock"
 )
 
-// releaseTimeout bounds the release after the command has exited.
-const releaseTimeout = 5 * time.Second
+// runExits are the exit statuses of 'padlock run', for its -h.
+const runExits = "  N      the command's own status (128+N if signal N killed it)\n" +
+	exitUsageHelp + exitRedisHelp +
+	"  75     the lock is held elsewhere (-conflict-exit); the command did not run\n" +
+	"  79     the lock was lost while the command ran; the command was terminated\n" +
+	"  126    the command could not be started\n" +
+	"  127    the command was not found\n" +
+	"  128+N  signal N came while waiting for the lock; the command did not run\n"
 
 // runCmd is 'padlock run'.
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fset := newFlags("run", "padlock run [flags] KEY -- COMMAND [ARGS...]",
+	v := newVerb("run", "padlock run [flags] KEY -- COMMAND [ARGS...]",
 		"Runs COMMAND while holding the lock KEY, and exits with its status.\n"+
-			"The command sees PADLOCK_KEY, PADLOCK_TOKEN and, with -fence, PADLOCK_FENCE.", stderr)
-	redisURL := redisFlag(fset)
-	ttl := fset.Duration("ttl", 30*time.Second, "lock TTL; renewed every ttl/3 while the command runs")
-	lf := addLockFlags(fset)
-	conflictExit := fset.Int("conflict-exit", exitConflict, "exit status when the lock is held elsewhere")
-	grace := fset.Duration("grace", 5*time.Second, "when the lock is lost: time between SIGTERM and SIGKILL")
-	maxHold := fset.Duration("max-hold", 0, "stop renewing the lock this long after it was taken: the command is ended as for a lost lock (0: no cap)")
-	if code, ok := parseFlags(fset, args); !ok {
+			"The command sees PADLOCK_KEY, PADLOCK_TOKEN and, with -fence, PADLOCK_FENCE.", runExits, stdout, stderr)
+	rf := addRedisFlags(v.fset)
+	ttl := v.fset.Duration("ttl", 30*time.Second, "lock TTL; renewed every ttl/3 while the command runs")
+	lf := addLockFlags(v.fset)
+	conflictExit := v.fset.Int("conflict-exit", exitConflict, "exit status when the lock is held elsewhere")
+	grace := v.fset.Duration("grace", 5*time.Second, "when the lock is lost: time between SIGTERM and SIGKILL")
+	maxHold := v.fset.Duration("max-hold", 0, "stop renewing the lock this long after it was taken: the command is ended as for a lost lock (0: no cap)")
+	if code, ok := v.parse(args); !ok {
 		return code
 	}
-	key, command, ok := keyAndCommand(fset, "run", stderr)
+	key, command, code, ok := v.keyAndCommand()
 	switch {
 	case !ok:
-		return exitUsage
+		return code
+	case *ttl < time.Millisecond:
+		return v.usageError("-ttl %v is under 1ms", *ttl)
 	case *conflictExit < 0 || *conflictExit > 255:
-		fmt.Fprintf(stderr, "padlock run: -conflict-exit %d is not an exit status (0-255)\n", *conflictExit)
-		return exitUsage
-	case *grace < 0 || *maxHold < 0:
-		fmt.Fprintln(stderr, "padlock run: -grace and -max-hold cannot be negative")
-		return exitUsage
+		return v.usageError("-conflict-exit %d is not an exit status (0-255)", *conflictExit)
+	case *grace < 0:
+		return v.usageError("-grace %v cannot be negative", *grace)
+	case *maxHold < 0:
+		return v.usageError("-max-hold %v cannot be negative (0: no cap)", *maxHold)
 	}
-	opts, ok := lf.options("run", stderr)
+	c, err := rf.conn()
+	if err != nil {
+		return v.usageError("%v", err)
+	}
+	opts, code, ok := lf.options(v)
 	if !ok {
-		return exitUsage
+		return code
 	}
 	if *maxHold > 0 {
 		opts = append(opts, padlock.WithMaxHold(*maxHold))
 	}
-
-	rdb, err := dial(*redisURL)
-	if err != nil {
-		fmt.Fprintf(stderr, "padlock run: %v\n", err)
-		return exitUsage
-	}
-	defer rdb.Close()
 	// Lost locks and failed releases are logged to stderr (slog, text).
-	locks := padlock.New(rdb, padlock.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
+	locks, done, code := v.client(c, padlock.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
+	if locks == nil {
+		return code
+	}
+	defer done()
 
 	// Signals: while waiting they end the wait; while the command runs they
 	// are forwarded to it.
@@ -70,14 +78,14 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	lock, status := acquire(ctx, locks, key, *ttl, *lf.wait, opts, sigs, stderr)
+	lock, status := v.acquire(ctx, locks, c, key, *ttl, *lf.wait, opts, sigs)
 	if lock == nil {
 		if status == exitConflict {
 			status = *conflictExit
 		}
 		return status
 	}
-	return runLocked(ctx, lock, command, *lf.fence, *grace, sigs, stdout, stderr)
+	return runLocked(ctx, lock, c, command, *lf.fence, *grace, sigs, stdout, stderr)
 }
 
 // defaultMetadata names this process: host and pid.
@@ -90,15 +98,17 @@ func defaultMetadata() string {
 }
 
 // acquire takes the lock, once or waiting up to wait. It returns the Lock,
-// or nil and the exit status, having said why on stderr.
-func acquire(ctx context.Context, locks *padlock.Client, key string, ttl, wait time.Duration,
-	opts []padlock.Option, sigs <-chan os.Signal, stderr io.Writer) (*padlock.Lock, int) {
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// or nil and the exit status, having said why on stderr. Trying once ends
+// after the timeout; waiting, after wait, however long Redis takes to
+// answer.
+func (v *verb) acquire(ctx context.Context, locks *padlock.Client, c conn, key string, ttl, wait time.Duration,
+	opts []padlock.Option, sigs <-chan os.Signal) (*padlock.Lock, int) {
+	limit := c.timeout
 	if wait > 0 {
-		actx, cancel = context.WithTimeout(actx, wait)
-		defer cancel()
+		limit = wait
 	}
+	actx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	type result struct {
 		lock *padlock.Lock
 		err  error
@@ -120,9 +130,9 @@ func acquire(ctx context.Context, locks *padlock.Client, key string, ttl, wait t
 	case sig := <-sigs:
 		cancel()
 		if r = <-done; r.lock != nil {
-			release(r.lock, stderr)
+			release(r.lock, c, v.stderr)
 		}
-		fmt.Fprintf(stderr, "padlock: %v while waiting for %s\n", sig, key)
+		fmt.Fprintf(v.stderr, "padlock %s: %v while waiting for %s\n", v.name, sig, key)
 		return nil, 128 + int(sig.(syscall.Signal))
 	}
 
@@ -130,20 +140,18 @@ func acquire(ctx context.Context, locks *padlock.Client, key string, ttl, wait t
 	case err == nil:
 		return r.lock, 0
 	case errors.Is(err, padlock.ErrNotAcquired):
-		fmt.Fprintf(stderr, "padlock: %s is held elsewhere%s\n", key, holder(locks, key))
+		fmt.Fprintf(v.stderr, "padlock %s: %s is held elsewhere%s\n", v.name, key, holder(ctx, locks, c, key))
 		return nil, exitConflict
-	case errors.Is(err, padlock.ErrInvalid):
-		fmt.Fprintf(stderr, "padlock: %v\n", err)
-		return nil, exitUsage
-	default:
-		fmt.Fprintf(stderr, "padlock: cannot lock %s: %v\n", key, err)
-		return nil, exitUnavailable
 	}
+	if wait > 0 {
+		return nil, v.failWithin("take the lock "+key, c, fmt.Sprintf("-wait %v", wait), r.err)
+	}
+	return nil, v.fail("take the lock "+key, c, r.err)
 }
 
 // holder describes who holds key, for the conflict message; "" if unknown.
-func holder(locks *padlock.Client, key string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+func holder(ctx context.Context, locks *padlock.Client, c conn, key string) string {
+	ctx, cancel := c.call(ctx)
 	defer cancel()
 	info, err := locks.Inspect(ctx, key)
 	if err != nil || !info.Held {
@@ -160,14 +168,14 @@ func holder(locks *padlock.Client, key string) string {
 	if info.Metadata != "" {
 		who = " by " + info.Metadata
 	}
-	return fmt.Sprintf("%s (%v left)", who, info.TTL.Round(time.Millisecond))
+	return fmt.Sprintf("%s (%s)", who, left(info.TTL))
 }
 
 // runLocked runs command while keeping lock alive, releases the lock when
 // the command exits, and returns the exit status.
-func runLocked(ctx context.Context, lock *padlock.Lock, command []string, fence bool, grace time.Duration,
+func runLocked(ctx context.Context, lock *padlock.Lock, c conn, command []string, fence bool, grace time.Duration,
 	sigs <-chan os.Signal, stdout, stderr io.Writer) int {
-	defer release(lock, stderr)
+	defer release(lock, c, stderr)
 	env := []string{"PADLOCK_KEY=" + lock.Key(), "PADLOCK_TOKEN=" + lock.Token()}
 	if fence {
 		env = append(env, "PADLOCK_FENCE="+strconv.FormatInt(lock.Fence(), 10))
@@ -192,12 +200,11 @@ func runLocked(ctx context.Context, lock *padlock.Lock, command []string, fence 
 			group(sig.(syscall.Signal))
 		case <-lost:
 			lost = nil
-			why := "lost"
+			why := fmt.Sprintf("lost while the command ran (%s)", cause(context.Cause(kctx)))
 			if errors.Is(context.Cause(kctx), padlock.ErrMaxHold) {
-				why = "held for its -max-hold, not renewed, and expired"
+				why = "held for its -max-hold, not renewed, and expired while the command ran"
 			}
-			fmt.Fprintf(stderr, "padlock: lock %s %s while the command ran (%v); terminating it\n",
-				lock.Key(), why, context.Cause(kctx))
+			fmt.Fprintf(stderr, "padlock run: lock %s %s; terminating it\n", lock.Key(), why)
 			group(syscall.SIGTERM)
 			time.AfterFunc(grace, func() {
 				select {
@@ -218,28 +225,30 @@ func status(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
-// release releases lock, saying on stderr if it could not.
-func release(lock *padlock.Lock, stderr io.Writer) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+// release releases the lock of 'padlock run', saying on stderr if it could not. It gives
+// Redis the timeout to answer.
+func release(lock *padlock.Lock, c conn, stderr io.Writer) {
+	ctx, cancel := c.call(context.Background())
 	defer cancel()
 	if err := lock.Release(ctx); err != nil && !errors.Is(err, padlock.ErrNotHeld) {
-		fmt.Fprintf(stderr, "padlock: release %s: %v (it expires by its TTL)\n", lock.Key(), err)
+		fmt.Fprintf(stderr, "padlock run: cannot release %s: %s (it expires by its TTL)\n", lock.Key(), cause(err))
 	}
 }
 
-// keyAndCommand reads KEY [--] COMMAND [ARGS...] from fset's arguments;
-// ok is false, said on stderr, when there is no command.
-func keyAndCommand(fset *flag.FlagSet, verb string, stderr io.Writer) (key string, command []string, ok bool) {
-	rest := fset.Args()
+// keyAndCommand reads KEY [--] COMMAND [ARGS...] from the verb's
+// arguments; false and exitUsage, said on stderr, when one is missing.
+func (v *verb) keyAndCommand() (key string, command []string, code int, ok bool) {
+	rest := v.fset.Args()
 	if len(rest) >= 2 && rest[1] == "--" {
 		rest = append(rest[:1:1], rest[2:]...)
 	}
-	if len(rest) < 2 {
-		fmt.Fprintf(stderr, "padlock %s: need KEY -- COMMAND\n", verb)
-		fset.Usage()
-		return "", nil, false
+	switch {
+	case len(rest) == 0:
+		return "", nil, v.usageError("missing KEY -- COMMAND"), false
+	case len(rest) == 1:
+		return "", nil, v.usageError("missing COMMAND: padlock %s [flags] %s -- COMMAND [ARGS...]", v.name, rest[0]), false
 	}
-	return rest[0], rest[1:], true
+	return rest[0], rest[1:], 0, true
 }
 
 // startCommand starts command with env added to padlock's own, in a

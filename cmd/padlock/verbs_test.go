@@ -33,6 +33,7 @@ func shell(t *testing.T, url, script string) (string, int) {
 // A deployment lock across jobs of a pipeline: acquire in one command, eval
 // its output, extend and release in later ones by the token.
 func TestVerbsFullCycle(t *testing.T) {
+	t.Parallel()
 	s := startRedis(t)
 	// Nothing exported beforehand: acquire's lines export the token.
 	out, code := shell(t, s.url, `
@@ -65,6 +66,7 @@ $PADLOCK extend -ttl 1m deploy:prod 2>/dev/null; echo "extend after: $?"
 // acquire's output is evaluable whatever the key and token hold: each
 // value is single-quoted for sh.
 func TestAcquireQuotesForTheShell(t *testing.T) {
+	t.Parallel()
 	s := startRedis(t)
 	const key, token = `lock:it's "$(touch x)" $HOME`, `job'1;$(id)`
 	r := padlockRun(t, s.url, "acquire", "-token", token, key)
@@ -94,6 +96,7 @@ func TestAcquireQuotesForTheShell(t *testing.T) {
 }
 
 func TestAcquireWaits(t *testing.T) {
+	t.Parallel()
 	s := startRedis(t)
 	held, err := s.c.TryAcquire(t.Context(), "lock:wait", time.Minute)
 	require.NoError(t, err)
@@ -108,6 +111,7 @@ func TestAcquireWaits(t *testing.T) {
 
 // break ends a stuck lock, says what it broke, and advances the fence.
 func TestBreakVerb(t *testing.T) {
+	t.Parallel()
 	s := startRedis(t)
 	ctx := t.Context()
 	stuck, err := s.c.TryAcquire(ctx, "lock:stuck", time.Hour, padlock.WithFencing(), padlock.WithMetadata("host=web-3 pid=77"))
@@ -124,6 +128,7 @@ func TestBreakVerb(t *testing.T) {
 }
 
 func TestVerbsBadUse(t *testing.T) {
+	t.Parallel()
 	s := startRedis(t)
 	for _, args := range [][]string{
 		{"acquire"},
@@ -153,6 +158,7 @@ func TestVerbsBadUse(t *testing.T) {
 // A command of 'padlock run' does not outlive a padlock that is killed
 // (SIGKILL): its lock then expires, and another host may run the job.
 func TestRunCommandDiesWithPadlock(t *testing.T) {
+	t.Parallel()
 	s := startRedis(t)
 	cmd := padlockCmd(t, s.url, "run", "-ttl", "1s", "lock:orphan", "--", "sh", "-c", `echo $$; while :; do sleep 0.05; done`)
 	stdout, err := cmd.StdoutPipe()
