@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/padlock-go/padlock v0.0.0
+	github.com/padlock-go/padlock v0.1.0
 	github.com/redis/go-redis/v9 v9.0.5
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
@@ -27,5 +27,3 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/padlock-go/padlock => ../
