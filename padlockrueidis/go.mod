@@ -3,7 +3,8 @@ module github.com/padlock-go/padlock/padlockrueidis
 go 1.26.0
 
 require (
-	github.com/padlock-go/padlock v0.0.0
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/padlock-go/padlock v0.1.0
 	github.com/redis/go-redis/v9 v9.0.5
 	github.com/redis/rueidis v1.0.80
 	github.com/stretchr/testify v1.12.1
@@ -14,8 +15,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
 	github.com/google/uuid v1.0.0 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 )
-
-replace github.com/padlock-go/padlock => ../

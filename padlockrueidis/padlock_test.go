@@ -3,6 +3,7 @@ package padlockrueidis_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/driver"
 	"github.com/padlock-go/padlock/internal/redistest"
 	"github.com/padlock-go/padlock/padlockrueidis"
 )
@@ -183,4 +185,32 @@ func TestWithReplicas(t *testing.T) {
 	none := newLocks(t, rueidis.ClientOption{}, []string{redistest.Start(t).Addr()}, padlock.WithReplicas(1, 100*time.Millisecond))
 	_, err = none.TryAcquire(ctx, "replicas", 10*time.Second)
 	assert.True(t, errors.Is(err, padlock.ErrNotReplicated), "%v", err)
+}
+
+// On a Redis whose memory is full (maxmemory with noeviction), an acquire
+// fails with ErrOutOfMemory, in padlock's words as on go-redis: the root
+// package reads the reply the adapter gives as a driver.ServerError. Its
+// first sentence names no script; the reply, location and all, is still
+// wrapped.
+func TestOutOfMemoryIsSaidInPadlocksWords(t *testing.T) {
+	s := redistest.Start(t)
+	locks := newLocks(t, rueidis.ClientOption{}, []string{s.Addr()})
+	s.FillMemory(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, tryErr := locks.TryAcquire(ctx, "lock:oom", time.Minute, padlock.WithFencing())
+	_, waitErr := locks.Acquire(ctx, "lock:oom", time.Minute)
+	for _, err := range []error{tryErr, waitErr} {
+		require.ErrorIs(t, err, padlock.ErrOutOfMemory)
+		assert.NotErrorIs(t, err, padlock.ErrNotAcquired)
+		first, _, _ := strings.Cut(err.Error(), ". ")
+		assert.Contains(t, first, "Redis is out of memory")
+		assert.Contains(t, first, "raise maxmemory or free memory")
+		assert.NotContains(t, first, "user_script")
+		var reply driver.ServerError
+		require.ErrorAs(t, err, &reply)
+		assert.Contains(t, string(reply), "OOM command not allowed")
+		assert.Contains(t, string(reply), "user_script")
+	}
+	assert.Zero(t, s.Client().Exists(ctx, "lock:oom").Val())
 }

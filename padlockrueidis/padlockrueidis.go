@@ -25,7 +25,9 @@
 //     them, or a client of a replica's address. New asks the node padlock's
 //     commands go to for its role (HELLO, or ROLE on Redis 6.0); every call
 //     of the returned Client then fails with an error that matches
-//     padlock.ErrInvalid and names the setting. A SendToReplicas that sends
+//     padlock.ErrInvalid and names the setting, or, for a client of one
+//     address that is a replica's, says so and to point the client at the
+//     primary (named when the replica answers ROLE). A SendToReplicas that sends
 //     reads alone (cmd.IsReadOnly()) is fine. On a Cluster the node asked
 //     is the master of slot 0 (a ReplicaOnly client sends to a shard's
 //     replicas only where the shard has some).

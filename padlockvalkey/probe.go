@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
 	"strings"
 	"sync"
@@ -28,13 +29,13 @@ const (
 var (
 	errInvalid     = padlock.ErrInvalid
 	errUnsupported = padlock.ErrUnsupported
-	errNilClient   = fmt.Errorf("%w: padlockvalkey: nil valkey.Client", errInvalid)
+	errNilClient   = fmt.Errorf("%w: padlockvalkey was given a nil valkey.Client", errInvalid)
 
 	// errReplica is a node that answers as a replica.
 	errReplica = errors.New("padlockvalkey: a replica")
 
 	// errToReplica is what every call returns on a client that sends
-	// padlock's commands to a replica.
+	// padlock's commands to a replica among its nodes (see toReplica).
 	errToReplica = fmt.Errorf("%w: padlockvalkey: the valkey-go client sends padlock's commands to a replica "+
 		"(ClientOption.ReplicaOnly, or a SendToReplicas that returns true for them: padlock's commands are "+
 		"writes, IsReadOnly false): a replica cannot take a lock, and its WAIT is refused; "+
@@ -95,8 +96,9 @@ func (g *gate) pass(ctx context.Context, d *valkeyDriver) error {
 	err := role(ctx, d, cmd)
 	switch {
 	case errors.Is(err, errReplica):
-		g.shared.refuse(errToReplica)
-		return errToReplica
+		err = d.toReplica(ctx, cmd)
+		g.shared.refuse(err)
+		return err
 	case errors.Is(err, errInvalid): // a Sentinel
 		g.shared.refuse(err)
 		return err
@@ -105,6 +107,29 @@ func (g *gate) pass(ctx context.Context, d *valkeyDriver) error {
 	}
 	g.decided.Store(true)
 	return nil
+}
+
+// toReplica is the refusal of d, whose client sends padlock's commands,
+// made by cmd, to a replica: a client of one address, a replica's, is
+// told to point at the primary (named, if the replica's ROLE says it);
+// a client with replicas among its nodes sends the commands there by its
+// options (errToReplica).
+func (d *valkeyDriver) toReplica(ctx context.Context, cmd func(args ...string) valkey.Completed) error {
+	nodes := d.c.Nodes()
+	if d.kind != driver.Single || len(nodes) != 1 {
+		return errToReplica
+	}
+	addr, primary := "", "the primary"
+	for a := range nodes {
+		addr = a
+	}
+	if r, err := d.reply(d.c.Do(ctx, cmd("ROLE"))); err == nil {
+		if a, ok := r.([]any); ok && len(a) >= 3 {
+			primary = fmt.Sprintf("the primary, %s", net.JoinHostPort(fmt.Sprint(a[1]), fmt.Sprint(a[2])))
+		}
+	}
+	return fmt.Errorf("%w: padlockvalkey: the client's address, %s, is a read-only replica, which cannot take a lock: "+
+		"point the client at %s (ClientOption.InitAddress)", errInvalid, addr, primary)
 }
 
 // primary reports whether c is a primary: nil if it is, errReplica if it
