@@ -6,9 +6,9 @@ require (
 	github.com/bsm/redislock v0.10.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/google/uuid v1.6.0
-	github.com/padlock-go/padlock v0.0.0
-	github.com/padlock-go/padlock/padlockrueidis v0.0.0-00010101000000-000000000000
-	github.com/padlock-go/padlock/padlockvalkey v0.0.0-00010101000000-000000000000
+	github.com/padlock-go/padlock v0.1.0
+	github.com/padlock-go/padlock/padlockrueidis v0.1.0
+	github.com/padlock-go/padlock/padlockvalkey v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.80
 	github.com/valkey-io/valkey-go v1.0.80
@@ -18,10 +18,4 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
-)
-
-replace (
-	github.com/padlock-go/padlock => ../
-	github.com/padlock-go/padlock/padlockrueidis => ../padlockrueidis
-	github.com/padlock-go/padlock/padlockvalkey => ../padlockvalkey
 )

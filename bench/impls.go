@@ -43,7 +43,8 @@ func impls() []impl {
 		}})
 	}
 	all = append(all,
-		impl{"rueidislock", newRueidislock},
+		impl{"rueidislock", newRueidislock("rueidislock", 0, false)},
+		impl{"rueidislock-km1", newRueidislock("rueidislock-km1", 1, true)},
 		impl{"redislock", onGoRedis(func(rdb *redis.Client) locker { return redislockLocker{redislock.New(rdb)} })},
 		impl{"redsync", onGoRedis(func(rdb *redis.Client) locker { return redsyncLocker{redsync.New(goredis.NewPool(rdb))} })},
 		impl{"go-redis-floor", onGoRedis(func(rdb *redis.Client) locker { return floorLocker{rdb} })},

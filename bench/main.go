@@ -1,25 +1,29 @@
 // Command bench measures padlock side by side with github.com/bsm/redislock,
-// github.com/go-redsync/redsync, github.com/redis/rueidis/rueidislock and a
-// hand-written go-redis lock (the floor), on one real redis-server that it
-// starts on a loopback port. padlock runs on each of its drivers: go-redis
-// (padlock.New, "padlock"), rueidis (padlockrueidis.New,
-// "padlock-rueidis") and valkey-go (padlockvalkey.New, "padlock-valkey").
+// github.com/go-redsync/redsync, github.com/redis/rueidis/rueidislock (with
+// its defaults, "rueidislock", and with one key and NOLOOP tracking as its
+// README has it, "rueidislock-km1") and a hand-written go-redis lock (the
+// floor), on one real redis-server that it starts on a loopback port.
+// padlock runs on each of its drivers: go-redis (padlock.New, "padlock"),
+// rueidis (padlockrueidis.New, "padlock-rueidis") and valkey-go
+// (padlockvalkey.New, "padlock-valkey").
 //
 //	cd bench && go run . [-duration 3s] [-rounds 3] [-scenario all] [-impl name]
 //
 // Scenarios: uncontended (8 goroutines, distinct keys; lone: 1; many: 64
-// and 256), contended (16
-// goroutines, one key, 2ms hold) and procs (4 processes x 4 goroutines,
-// one key, 2ms hold). In each
-// scenario the implementations take turns, in rounds, so that a noisy
-// neighbour hurts them alike. Peers that cannot be woken on release poll
-// every 10ms while they wait (rueidislock is woken by client-side
-// caching's invalidations). Then padlock alone (no peer has these), on
-// each driver: waiters (16 against 512 goroutines on one key), leases
-// (10,000 locks kept alive) and idle (1,000 waiters that wait for a
-// minute); and on go-redis: semaphore (16 goroutines, 4 places), procs8
-// (8 processes x 32 goroutines) and rw (12 readers and 4 writers of one
-// key).
+// and 256), contended (16 goroutines, one key, 2ms hold) and procs (4
+// processes x 4 goroutines, one key, 2ms hold). In each of these the
+// implementations take turns, in rounds, so that a noisy neighbour hurts
+// them alike. Peers that cannot be woken on release poll every 10ms while
+// they wait (rueidislock is woken by client-side caching's
+// invalidations). held: each implementation in turn holds one key while
+// nothing else happens, for 8.5s (what that costs Redis from 5.5s after
+// the take, past rueidislock's first renewal). Then padlock alone
+// (no peer has these), on each driver: waiters (16 against 512 goroutines
+// on one key), leases (10,000 locks kept alive) and idle (1,000 waiters
+// that wait for a minute); and on go-redis: semaphore (16 goroutines, 4
+// places), procs8 (8 processes x 32 goroutines) and rw (12 readers and 4
+// writers of one key); list (Locks over 10,000 locks among 100,000
+// other keys, on the server and on a Cluster of three masters).
 //
 // Round trips are the commands and pipelines callers send and wait for;
 // socket writes are the writes on the client's connections, fewer than
@@ -53,8 +57,8 @@ import (
 var (
 	duration = flag.Duration("duration", 3*time.Second, "time each implementation runs in each scenario, over all rounds")
 	rounds   = flag.Int("rounds", 3, "turns each implementation takes per scenario")
-	scenario = flag.String("scenario", "all", "uncontended, lone, many, contended, procs, leases, semaphore, waiters, procs8, rw, idle, or all")
-	only     = flag.String("impl", "", "run only these implementations, a comma-separated list (padlock, padlock-rueidis, padlock-valkey, rueidislock, redislock, redsync, go-redis-floor)")
+	scenario = flag.String("scenario", "all", "uncontended, lone, many, contended, held, procs, leases, semaphore, waiters, procs8, rw, idle, list, or all")
+	only     = flag.String("impl", "", "run only these implementations, a comma-separated list (padlock, padlock-rueidis, padlock-valkey, rueidislock, rueidislock-km1, redislock, redsync, go-redis-floor)")
 
 	// Flags for the child processes of the procs scenario.
 	child        = flag.Bool("child", false, "internal: run as a child of the procs scenario")
@@ -96,6 +100,7 @@ func main() {
 	run("lone", lone)
 	run("many", many)
 	run("contended", contended)
+	run("held", held)
 	run("procs", procs)
 	run("leases", leases)
 	run("semaphore", semaphore)
@@ -103,6 +108,7 @@ func main() {
 	run("procs8", procs8)
 	run("rw", readersWriters)
 	run("idle", idle)
+	run("list", list)
 }
 
 // semaphore: 16 goroutines take turns in the 4 places of a padlock

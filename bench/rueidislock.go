@@ -11,34 +11,48 @@ import (
 	"github.com/redis/rueidis/rueidislock"
 )
 
-// rueidislock (github.com/redis/rueidis/rueidislock) with its defaults: a
-// lock is a majority of 3 keys (KeyMajority 2), taken one after another;
+// rueidislock (github.com/redis/rueidis/rueidislock), "rueidislock", with
+// its defaults: a lock is a majority of 3 keys (KeyMajority 2), taken one
+// after another, and client tracking without NOLOOP, so a client is sent
+// the invalidations of its own writes too. "rueidislock-km1" is configured
+// as rueidislock's own README and benchmark have it for one Redis: one key
+// (KeyMajority 1) and NoLoopTracking (Redis 7.0.5 and later). Either way
 // waiters are woken by client-side caching's invalidations, not by
-// polling; and every lock is kept alive (extended every KeyValidity/2)
-// until it is released, so the ttl of try and lock is KeyValidity, lockTTL,
-// for every lock. It has no fencing, semaphores, shared holds or queue.
-type rueidislockLocker struct{ l rueidislock.Locker }
-
-func newRueidislock(addr string) (locker, *counter) {
-	cnt := &counter{}
-	l, err := rueidislock.NewLocker(rueidislock.LockerOption{
-		ClientOption: rueidis.ClientOption{InitAddress: []string{addr}, DialCtxFn: cnt.rueidisDialer},
-		ClientBuilder: func(opt rueidis.ClientOption) (rueidis.Client, error) {
-			c, err := rueidis.NewClient(opt)
-			if err != nil {
-				return nil, err
-			}
-			return &countedRueidis{c, cnt}, nil
-		},
-		KeyValidity: lockTTL,
-	})
-	if err != nil {
-		log.Fatalf("rueidislock: %v", err)
-	}
-	return rueidislockLocker{l}, cnt
+// polling, and every lock is kept alive (extended every KeyValidity/2)
+// until it is released, so the ttl of try and lock is KeyValidity,
+// lockTTL, for every lock. It has no fencing, semaphores, shared holds or
+// queue.
+type rueidislockLocker struct {
+	name string
+	l    rueidislock.Locker
 }
 
-func (r rueidislockLocker) String() string { return "rueidislock" }
+// newRueidislock returns the new of an impl named name: rueidislock with
+// keyMajority (0: its default, 2) and noLoop as NoLoopTracking.
+func newRueidislock(name string, keyMajority int32, noLoop bool) func(addr string) (locker, *counter) {
+	return func(addr string) (locker, *counter) {
+		cnt := &counter{}
+		l, err := rueidislock.NewLocker(rueidislock.LockerOption{
+			ClientOption: rueidis.ClientOption{InitAddress: []string{addr}, DialCtxFn: cnt.rueidisDialer},
+			ClientBuilder: func(opt rueidis.ClientOption) (rueidis.Client, error) {
+				c, err := rueidis.NewClient(opt)
+				if err != nil {
+					return nil, err
+				}
+				return &countedRueidis{c, cnt}, nil
+			},
+			KeyValidity:    lockTTL,
+			KeyMajority:    keyMajority,
+			NoLoopTracking: noLoop,
+		})
+		if err != nil {
+			log.Fatalf("%s: %v", name, err)
+		}
+		return rueidislockLocker{name, l}, cnt
+	}
+}
+
+func (r rueidislockLocker) String() string { return r.name }
 func (r rueidislockLocker) close()         { r.l.Close() }
 
 func (r rueidislockLocker) try(ctx context.Context, key string, _ time.Duration) (func(context.Context) error, error) {
