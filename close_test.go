@@ -64,7 +64,9 @@ func TestCloseTakesItsWaitersOutOfRedis(t *testing.T) {
 	left, err := e.raw.ZCard(e.ctx, queueKey(e.key)).Result()
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), left, "only the other Client's ticket is queued")
-	assert.Equal(t, []int{waiters}, trips.reset(), "the leaves, in one round trip")
+	// A waiter's own attempt may make a round trip of its own just before
+	// Close (its timer): the leaves are one round trip of all 40.
+	assert.Contains(t, trips.reset(), waiters, "the leaves, in one round trip")
 
 	released := time.Now()
 	require.NoError(t, holder.Release(e.ctx))
