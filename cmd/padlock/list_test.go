@@ -77,6 +77,9 @@ func TestList(t *testing.T) {
 	const hostile = "\x1b[2J\x1b[Hrm -rf / \u202e" + "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
 	young, err := s.c.TryAcquire(ctx, "lock:a", time.Minute, padlock.WithMetadata(hostile))
 	require.NoError(t, err)
+	// lock:a is held longer than the semaphore: taken in the same ms, the
+	// two would be ordered by when the listing read each of them.
+	time.Sleep(20 * time.Millisecond)
 	var sem []*padlock.Lock
 	for _, who := range []string{"host=a", "host=b"} {
 		l, err := s.c.TryAcquire(ctx, "sem:exports", time.Minute, padlock.WithLimit(3), padlock.WithMetadata(who))
