@@ -89,7 +89,7 @@ type Step struct {
 type Finding struct {
 	Severity Severity
 	Node     string // the node's address, or "" for the deployment as a whole
-	Topic    string // "eviction", "memory", "persistence", "replication", "acl", "cycle", "server", "settings" or "key"
+	Topic    string // "eviction", "memory", "persistence", "replication", "acl", "cycle", "server", "settings", "key" or "waiting"
 	Problem  string // what can go wrong, in one sentence
 	Fix      string // what to set to fix it ("" when there is nothing to fix)
 }
@@ -176,6 +176,9 @@ func (c *Client) Check(ctx context.Context, key string) (Report, error) {
 	}
 	acl := c.checkCommands(ctx, key, live, names)
 	r.Findings = append(r.Findings, acl...)
+	if f, ok := c.checkTracking(ctx, key); ok {
+		r.Findings = append(r.Findings, f)
+	}
 	switch {
 	case slices.ContainsFunc(acl, func(f Finding) bool { return strings.Contains(f.Fix, "+del ") }):
 		r.Findings = append(r.Findings, Finding{Severity: Info, Topic: "cycle",
@@ -408,4 +411,25 @@ func probeSubscribeOn(ctx context.Context, wait time.Duration, r driver.Driver, 
 		}
 	}
 	return nil
+}
+
+// checkTracking opens a tracking connection to key's node, as the watch
+// of waiters does (see watch.go), and returns a finding when the Client's
+// waiters would learn only by polling that something else freed a key.
+func (c *Client) checkTracking(ctx context.Context, key string) (Finding, bool) {
+	if c.nodes != nil {
+		return Finding{}, false // a Redlock does not watch
+	}
+	const problem = "a waiter learns that something other than padlock freed its key (an operator's DEL, an eviction, FLUSHALL) within 100ms, by its Client reading the keys it waits for, not at once through Redis's invalidations"
+	tracker, ok := c.d.(driver.Tracker)
+	if !ok {
+		return Finding{Severity: Info, Topic: "waiting", Problem: problem + ": the driver has no tracking (driver.Tracker)"}, true
+	}
+	t, err := tracker.Track(ctx, key, func([]string) {})
+	if err != nil {
+		return Finding{Severity: Info, Topic: "waiting", Problem: problem + ": " + err.Error(),
+			Fix: "allow CLIENT TRACKING: ACL SETUSER <user> +client|tracking +client|id &__redis__:invalidate (rueidis and valkey-go need +client|tracking alone, and RESP3)"}, true
+	}
+	t.Close()
+	return Finding{}, false
 }

@@ -38,6 +38,7 @@ type Client struct {
 	holds     holdList // the Locks it holds, for Local
 	opts      options
 	notify    notifier
+	watch     watcher // wakes waiters when others free their keys (see watch.go)
 	sched     scheduler
 	nodes     []driver.Driver // a Redlock's primaries (NewDriverRedlock), or nil
 	kinds     []driver.Kind   // the Kind of each of pubsubNodes
@@ -338,6 +339,7 @@ func (c *Client) close() {
 	until := time.Now().Add(cleanupTimeout)
 	c.depart(c.notify.closeWaiters(until), until)
 	c.notify.closeSubscribers(until)
+	c.watch.close(until)
 	c.sched.close()
 	c.calls.wait()
 	// Those below may wait for a round trip Redis does not answer: not

@@ -100,7 +100,7 @@ func keyArgs(name string, keys ...string) []any {
 // look returns, for each key looked at, its waiters and whether it is
 // there; a look that failed tells nothing (the next renewal looks again).
 // A count that came short is asked again key by key.
-func (ks keyLooks) look(ctx context.Context, d driver.Driver) map[string]bool {
+func (ks keyLooks) look(ctx context.Context, d batcher) map[string]bool {
 	there := map[string]bool{}
 	var short []*keyLook
 	for _, kl := range ks {
@@ -176,6 +176,11 @@ func (ks keyLooks) wakeFreed(c *Client, there map[string]bool) {
 			}
 		}
 	}
+}
+
+// A batcher sends a Batch: a driver.Driver, or a driver.Tracking.
+type batcher interface {
+	Batch(ctx context.Context, cmds []driver.Cmd)
 }
 
 // tickets renews the waiters' tickets of a Client, as the renewer of

@@ -187,6 +187,9 @@ func (wt *wait) tellWaiting(ctx context.Context) {
 		return
 	}
 	wt.waiting = true
+	if wt.o.notify {
+		wt.c.watchKick()
+	}
 	if obs := wt.l.observer(); obs != nil && obs.WaitStart != nil {
 		wt.c.notify.aside(wt.w, func() { obs.WaitStart(ctx, wt.l.key) })
 	}

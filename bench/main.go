@@ -57,7 +57,7 @@ import (
 var (
 	duration = flag.Duration("duration", 3*time.Second, "time each implementation runs in each scenario, over all rounds")
 	rounds   = flag.Int("rounds", 3, "turns each implementation takes per scenario")
-	scenario = flag.String("scenario", "all", "uncontended, lone, many, contended, held, procs, leases, semaphore, waiters, procs8, rw, idle, list, or all")
+	scenario = flag.String("scenario", "all", "uncontended, lone, many, contended, held, procs, leases, semaphore, waiters, procs8, rw, idle, list, free, or all")
 	only     = flag.String("impl", "", "run only these implementations, a comma-separated list (padlock, padlock-rueidis, padlock-valkey, rueidislock, rueidislock-km1, redislock, redsync, go-redis-floor)")
 
 	// Flags for the child processes of the procs scenario.
@@ -109,6 +109,7 @@ func main() {
 	run("rw", readersWriters)
 	run("idle", idle)
 	run("list", list)
+	run("free", free)
 }
 
 // semaphore: 16 goroutines take turns in the 4 places of a padlock

@@ -175,6 +175,36 @@ type Router interface {
 	Route(ctx context.Context, key string) string
 }
 
+// A Tracker is a Driver that hears Redis's invalidations (CLIENT TRACKING,
+// the server side of client-side caching): padlock wakes a waiter when
+// something other than padlock frees its key (an operator's DEL, an
+// eviction, a FLUSHALL) as soon as Redis says the key changed. Without it
+// a Client reads the keys it waits for every 100ms.
+type Tracker interface {
+	// Track opens a connection of its own to the primary that owns key,
+	// with tracking on (not BCAST, not OPTIN). A key read on it by MGET or
+	// EXISTS (Tracking.Batch) is registered: the first change to it calls
+	// invalidated with it, after which it is registered no more until read
+	// again. invalidated(nil) means every key (a FLUSHALL). invalidated is
+	// called from one goroutine at a time, and must not block. Track
+	// returns an error when the server or the Redis user refuses tracking
+	// (padlock then reads the keys every 100ms, and Check says why).
+	Track(ctx context.Context, key string, invalidated func(keys []string)) (Tracking, error)
+}
+
+// A Tracking is one connection from Tracker.Track.
+type Tracking interface {
+	// Batch sends cmds on the connection, in one round trip, and sets each
+	// one's Reply and Err as Driver.Batch does. A key of another node
+	// answers MOVED: nothing follows it.
+	Batch(ctx context.Context, cmds []Cmd)
+	// Done is closed once the connection is lost (an invalidation may have
+	// been missed) or closed.
+	Done() <-chan struct{}
+	// Close closes the connection. It is called once.
+	Close()
+}
+
 // An Unsubscriber is a PubSub that can unsubscribe. padlock unsubscribes
 // nothing while it waits (it closes a connection no waiter needs);
 // padlock.Check unsubscribes what it subscribed, to probe that the Redis

@@ -26,11 +26,13 @@ var commonChecks = []check{
 	{"MaxHold", maxHold},
 	{"ScriptFlush", scriptFlush},
 	{"Closed", closed},
+	{"FreedByOthers", freedByOthers},
 }
 
 // singleChecks run on one server only.
 var singleChecks = []check{
 	{"PubSubIdle", pubsubIdle},
+	{"TrackingIdle", trackingIdle},
 }
 
 // lockCycle: TryAcquire, TTL, Extend, Release and Do, and what each

@@ -1,0 +1,399 @@
+package padlock
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/padlock-go/padlock/driver"
+)
+
+// The watch: a waiter woken when something other than padlock frees its
+// key.
+//
+// A release by padlock announces itself (a grant, or "released"), and a
+// waiter knows when the holder that keeps it out expires. A key freed by
+// anything else (an operator's DEL, an eviction, a FLUSHALL, another
+// library) is seen by the Client's watch, one goroutine while the Client
+// has waiters: per node, a connection with CLIENT TRACKING
+// (driver.Tracker), on which the watch reads the keys its waiters wait
+// for (the ticket renewal's look: MGET, EXISTS). A read registers a key;
+// Redis then says once that it changed, and the watch reads it again,
+// which registers it again, and wakes one of its waiters if it is gone
+// (keyLooks.wakeFreed). An invalidation is a hint, as a grant on pub/sub
+// is: the waiter's attempt looks at Redis. Keys whose node has no
+// tracking (the driver is no Tracker, the Redis user may not run CLIENT
+// TRACKING, the connection is down) are read every pollEvery, all in one
+// Batch: a cost per Client, not per waiter. The ticket renewal's look
+// stays the backstop. A Redlock does not watch: its waiters attempt on
+// every node, each announcing its releases.
+//
+// A tracking connection follows no MOVED: a key that answers it is read
+// on a tracking connection to the node the answer names.
+
+const (
+	// pollEvery is how often the keys with no tracking are read.
+	pollEvery = 100 * time.Millisecond
+	// watchLinger is how long the watch stays, with its connections, once
+	// no waiter needs it.
+	watchLinger = 2 * time.Second
+	// trackRetry is how soon a tracking connection is opened again after
+	// it failed or was lost; trackRefused after the server refused it
+	// (an ACL rule, a server without CLIENT TRACKING).
+	trackRetry   = time.Second
+	trackRefused = time.Minute
+	// watchTimeout bounds each of the watch's round trips.
+	watchTimeout = time.Second
+)
+
+// known says how a key stands on a tracking connection.
+const (
+	reading    = 1 // a read of it is in flight
+	registered = 2 // read, and not changed since
+)
+
+// A watcher is a Client's watch (see above). Its fields are under mu,
+// which is taken alone (a tracking's invalidations take it too).
+type watcher struct {
+	mu      sync.Mutex
+	kick    chan struct{} // look again: a waiter came, a key changed, a tracking was lost
+	running bool          // the goroutine runs (done is its end)
+	done    chan struct{}
+	stop    context.CancelFunc // ends the round trips of the goroutine
+	closed  bool
+	tracks  map[string]*tracked  // by node: the address a MOVED named, or "" (the first)
+	nodes   map[string]string    // a key's node, learned from a MOVED
+	aside   map[string]time.Time // keys polled until then: their read on a tracking connection failed
+}
+
+// A tracked is one tracking connection.
+type tracked struct {
+	t     driver.Tracking
+	known map[string]int8 // the keys registered on it (or being read)
+}
+
+// watchKick has the watch look at the keys waited for, and starts it if
+// need be. It does not block.
+func (c *Client) watchKick() {
+	if c.nodes != nil {
+		return // a Redlock (see above)
+	}
+	w := &c.watch
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	if w.kick == nil {
+		w.kick = make(chan struct{}, 1)
+	}
+	signal(w.kick)
+	if !w.running {
+		w.running = true
+		w.done = make(chan struct{})
+		var ctx context.Context
+		ctx, w.stop = context.WithCancel(context.Background())
+		go c.runWatch(ctx, w.done)
+	}
+}
+
+// runWatch is the watch's goroutine: it ends watchLinger after the last
+// waiter, or when the Client closes.
+func (c *Client) runWatch(ctx context.Context, done chan struct{}) {
+	w := &c.watch
+	defer close(done)
+	tracker, _ := c.d.(driver.Tracker)
+	retry := map[string]time.Time{} // a node's next Track
+	var lastPoll time.Time
+	lastWaiter := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		ws := c.watched()
+		now := time.Now()
+		if len(ws) > 0 {
+			lastWaiter = now
+		}
+		w.mu.Lock()
+		if w.closed || len(ws) == 0 && now.Sub(lastWaiter) >= watchLinger {
+			w.running = false
+			w.stop()
+			tracks := w.tracks
+			w.tracks = nil
+			w.mu.Unlock()
+			for _, tr := range tracks {
+				tr.t.Close()
+			}
+			return
+		}
+		byNode := map[string][]*waiter{}
+		var polled []*waiter
+		next := watchLinger
+		watching := make(map[string]bool, len(ws))
+		for _, wt := range ws {
+			watching[wt.key] = true
+			if until, ok := w.aside[wt.key]; ok && now.Before(until) {
+				polled = append(polled, wt)
+				next = min(next, until.Sub(now))
+				continue
+			}
+			node := w.nodes[wt.key]
+			byNode[node] = append(byNode[node], wt)
+		}
+		maps.DeleteFunc(w.nodes, func(k, _ string) bool { return !watching[k] })
+		maps.DeleteFunc(w.aside, func(k string, until time.Time) bool { return !watching[k] || !now.Before(until) })
+		for _, tr := range w.tracks {
+			maps.DeleteFunc(tr.known, func(k string, _ int8) bool { return !watching[k] })
+		}
+		w.mu.Unlock()
+
+		for node, nws := range byNode {
+			tr := c.tracking(ctx, tracker, node, nws[0].key, retry)
+			if tr == nil {
+				polled = append(polled, nws...)
+				if at, ok := retry[node]; ok && tracker != nil {
+					next = min(next, time.Until(at))
+				}
+				continue
+			}
+			if fresh := c.unregistered(tr, nws); len(fresh) > 0 && !c.lookOn(ctx, tr, fresh) {
+				c.dropTracking(node, tr)
+				retry[node] = time.Now().Add(trackRetry)
+				polled = append(polled, nws...)
+			}
+		}
+		if len(polled) > 0 {
+			if time.Since(lastPoll) >= pollEvery {
+				lastPoll = time.Now()
+				c.poll(ctx, polled)
+			}
+			next = min(next, pollEvery-time.Since(lastPoll))
+		}
+		timer.Reset(max(next, time.Millisecond))
+		select {
+		case <-w.kick:
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// watched are the waiters the watch looks for: every one that waits in
+// this Client for a key that a Lock of this Client does not hold (a
+// pending waiter: that Lock's release serves it).
+func (c *Client) watched() []*waiter {
+	n := &c.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var ws []*waiter
+	for _, q := range n.queues {
+		for _, w := range q.waiters {
+			if !w.removed && !w.pending {
+				ws = append(ws, w)
+			}
+		}
+	}
+	return ws
+}
+
+// tracking returns the tracking connection to node, opening one (on the
+// node of key) if there is none and its retry is due; nil when there is
+// none.
+func (c *Client) tracking(ctx context.Context, tracker driver.Tracker, node, key string, retry map[string]time.Time) *tracked {
+	w := &c.watch
+	w.mu.Lock()
+	tr := w.tracks[node]
+	w.mu.Unlock()
+	if tr != nil {
+		select {
+		case <-tr.t.Done(): // lost: its keys are polled until it is back
+			c.dropTracking(node, tr)
+			retry[node] = time.Now().Add(trackRetry)
+			return nil
+		default:
+			return tr
+		}
+	}
+	if tracker == nil || time.Now().Before(retry[node]) {
+		return nil
+	}
+	tr = &tracked{known: map[string]int8{}}
+	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	t, err := tracker.Track(ctx, key, func(keys []string) { c.invalidated(tr, keys) })
+	cancel()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		wait := trackRetry
+		if _, reply := driver.Error(err); reply {
+			wait = trackRefused // NOPERM, or a server without it: not soon
+		}
+		retry[node] = time.Now().Add(wait)
+		return nil
+	}
+	if w.closed {
+		t.Close()
+		return nil
+	}
+	tr.t = t
+	if w.tracks == nil {
+		w.tracks = map[string]*tracked{}
+	}
+	w.tracks[node] = tr
+	delete(retry, node)
+	go c.watchLoss(t) // a lost connection kicks the watch
+	return tr
+}
+
+// watchLoss kicks the watch once t is lost or closed.
+func (c *Client) watchLoss(t driver.Tracking) {
+	<-t.Done()
+	w := &c.watch
+	w.mu.Lock()
+	if w.kick != nil {
+		signal(w.kick)
+	}
+	w.mu.Unlock()
+}
+
+// dropTracking closes node's tracking connection tr.
+func (c *Client) dropTracking(node string, tr *tracked) {
+	w := &c.watch
+	w.mu.Lock()
+	if w.tracks[node] == tr {
+		delete(w.tracks, node)
+	}
+	w.mu.Unlock()
+	tr.t.Close()
+}
+
+// invalidated is tr's invalidation of keys (nil: every key): they are
+// registered no more, and the watch reads them again.
+func (c *Client) invalidated(tr *tracked, keys []string) {
+	w := &c.watch
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if keys == nil {
+		clear(tr.known)
+	}
+	for _, k := range keys {
+		delete(tr.known, k)
+	}
+	if w.kick != nil {
+		signal(w.kick)
+	}
+}
+
+// unregistered are the waiters of ws that wait for a key not registered
+// on tr; their keys are marked as being read.
+func (c *Client) unregistered(tr *tracked, ws []*waiter) []*waiter {
+	w := &c.watch
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var fresh []*waiter
+	for _, wt := range ws {
+		keys := wt.lock.queueKeys()
+		for i := 0; i < len(keys); i += 2 {
+			if tr.known[keys[i]] == 0 {
+				fresh = append(fresh, wt)
+				break
+			}
+		}
+	}
+	for _, wt := range fresh {
+		keys := wt.lock.queueKeys()
+		for i := 0; i < len(keys); i += 2 {
+			if tr.known[keys[i]] == 0 {
+				tr.known[keys[i]] = reading
+			}
+		}
+	}
+	return fresh
+}
+
+// lookOn reads the keys of ws on the tracking connection tr, which
+// registers them, and wakes a waiter of each key found missing. A key
+// that answers an error is polled for trackRetry, and then read on the
+// node a MOVED named. It reports false when tr failed (not a reply: tr
+// is taken for lost).
+func (c *Client) lookOn(ctx context.Context, tr *tracked, ws []*waiter) bool {
+	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
+	looks := keyLooksOf(c, ws)
+	cmds := looks.cmds()
+	tr.t.Batch(ctx, cmds)
+	ok := true
+	w := &c.watch
+	w.mu.Lock()
+	for i, kl := range looks {
+		kl.cmd = &cmds[i]
+		err := cmds[i].Err
+		for _, k := range kl.keys {
+			if err == nil {
+				if tr.known[k] == reading { // not invalidated meanwhile
+					tr.known[k] = registered
+				}
+				continue
+			}
+			delete(tr.known, k)
+			if _, reply := driver.Error(err); !reply {
+				ok = false
+				continue
+			}
+			if w.aside == nil {
+				w.aside, w.nodes = map[string]time.Time{}, map[string]string{}
+			}
+			w.aside[k] = time.Now().Add(trackRetry)
+			if f := strings.Fields(err.Error()); driver.HasPrefix(err, "MOVED") && len(f) >= 3 {
+				w.nodes[k] = f[2]
+			}
+		}
+	}
+	w.mu.Unlock()
+	looks.wakeFreed(c, looks.look(ctx, tr.t))
+	return ok
+}
+
+// poll reads the keys of ws through the Client's driver, and wakes a
+// waiter of each key found missing.
+func (c *Client) poll(ctx context.Context, ws []*waiter) {
+	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
+	looks := keyLooksOf(c, ws)
+	cmds := looks.cmds()
+	c.d.Batch(ctx, cmds)
+	for i, kl := range looks {
+		kl.cmd = &cmds[i]
+	}
+	looks.wakeFreed(c, looks.look(ctx, c.d))
+}
+
+// close ends the watch, waiting for its goroutine until until.
+func (w *watcher) close(until time.Time) {
+	w.mu.Lock()
+	w.closed = true
+	done := w.done
+	if w.stop != nil {
+		w.stop()
+	}
+	if w.kick != nil {
+		signal(w.kick)
+	}
+	w.mu.Unlock()
+	if done == nil {
+		return
+	}
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}

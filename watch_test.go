@@ -1,0 +1,157 @@
+package padlock_test
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/redistest"
+)
+
+// freeBound is how soon a waiter holds a key that something other than
+// padlock freed, in these tests: the watch serves it within milliseconds
+// (bench's free scenario measures it), the ticket renewal only after
+// seconds (a minute-long wait's ticket is renewed every 2.5s).
+const freeBound = time.Second
+
+// frees are the ways a key is freed behind padlock's back, each by an
+// admin client of the server.
+var frees = []struct {
+	name string
+	free func(ctx context.Context, admin *redis.Client, key string) error
+}{
+	{"DEL", func(ctx context.Context, admin *redis.Client, key string) error { return admin.Del(ctx, key).Err() }},
+	{"UNLINK", func(ctx context.Context, admin *redis.Client, key string) error { return admin.Unlink(ctx, key).Err() }},
+	{"FLUSHALL", func(ctx context.Context, admin *redis.Client, _ string) error { return admin.FlushAll(ctx).Err() }},
+	{"another library's release", func(ctx context.Context, admin *redis.Client, key string) error {
+		return admin.Eval(ctx, `return redis.call("del", KEYS[1])`, []string{key}).Err()
+	}},
+	{"an expiry set by hand", func(ctx context.Context, admin *redis.Client, key string) error {
+		return admin.PExpire(ctx, key, time.Millisecond).Err()
+	}},
+}
+
+// servedAfterFree has rdb's Client wait for key, which another Client
+// holds for a minute, frees it with free, and returns how soon the
+// waiter held it.
+func servedAfterFree(t *testing.T, admin, rdb *redis.Client, key string, free func(context.Context, *redis.Client, string) error) time.Duration {
+	t.Helper()
+	ctx := t.Context()
+	holderClient := padlock.New(admin)
+	t.Cleanup(func() { _ = holderClient.Close() })
+	_, err := holderClient.TryAcquire(ctx, key, time.Minute)
+	require.NoError(t, err)
+	c := padlock.New(rdb, neverPoll)
+	t.Cleanup(func() { _ = c.Close() })
+	got := acquireLater(ctx, c, key, time.Minute)
+	waitForOn(t, holderClient, key, 1)
+	time.Sleep(50 * time.Millisecond) // the watch has read the key
+	freed := time.Now()
+	require.NoError(t, free(ctx, admin, key))
+	select {
+	case w := <-got:
+		took := time.Since(freed)
+		require.NoError(t, w.err)
+		require.NoError(t, w.l.Release(ctx))
+		return took
+	case <-time.After(freeBound):
+		t.Fatalf("the waiter did not hold %q within %v of its %s", key, freeBound, "free")
+		return 0
+	}
+}
+
+// A key freed by anything but padlock is held by its waiter at once, on
+// every server of the matrix: through CLIENT TRACKING as the default
+// user and as the README's user with the optional permissions, by the
+// Client's poll as the README's user without them.
+func TestAWaiterIsServedWhateverFreesTheKey(t *testing.T) {
+	for _, bin := range redistest.Servers(t) {
+		t.Run(strings.TrimPrefix(bin[strings.LastIndexByte(bin, '/')+1:], "redis-server-"), func(t *testing.T) {
+			t.Parallel()
+			s := startMatrixServer(t, bin)
+			users := []struct {
+				name string
+				rdb  func(t *testing.T) *redis.Client
+			}{
+				{"default user", func(t *testing.T) *redis.Client {
+					rdb := redis.NewClient(&redis.Options{Addr: s.srv.Addr()})
+					t.Cleanup(func() { _ = rdb.Close() })
+					return rdb
+				}},
+				{"README's user", func(t *testing.T) *redis.Client {
+					return s.user(t, "least", s.minimalACL(t))
+				}},
+				{"README's user with tracking", func(t *testing.T) *redis.Client {
+					return s.user(t, "tracking", append(s.minimalACL(t), s.trackingACL(t)...))
+				}},
+			}
+			for _, u := range users {
+				for _, f := range frees {
+					t.Run(u.name+"/"+f.name, func(t *testing.T) {
+						took := servedAfterFree(t, s.admin, u.rdb(t), "lock:free:"+f.name, f.free)
+						t.Logf("served %v after the key was freed", took)
+					})
+				}
+			}
+		})
+	}
+}
+
+// trackingACL is the README's optional rule for the fast path, less
+// what the server does not know.
+func (s *matrixServer) trackingACL(t *testing.T) []string {
+	t.Helper()
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^ACL SETUSER padlock-app (\+client\|tracking .*)$`).FindSubmatch(readme)
+	require.NotNil(t, m, "the README gives the tracking rule")
+	return slices.DeleteFunc(strings.Fields(string(m[1])), func(r string) bool {
+		return !s.hasChannelACLs() && strings.HasPrefix(r, "&")
+	})
+}
+
+// On a Cluster, a waiter whose key's slot moves to another master while
+// it waits is watched there: its Client reads the key on the new master
+// only when it changes (no poll), and a DEL there serves it at once.
+func TestAWaiterIsServedAfterADELOnAClusterWhoseSlotMoved(t *testing.T) {
+	t.Parallel() // starts servers of its own; mostly waits
+	nodes, cc := startCluster(t)
+	ctx := t.Context()
+	holder := padlock.New(cc)
+	defer holder.Close()
+	waiter := padlock.New(cc, neverPoll)
+	defer waiter.Close()
+	const key = "lock:{moving-waiter}"
+	_, err := holder.TryAcquire(ctx, key, time.Minute)
+	require.NoError(t, err)
+	got := acquireLater(ctx, waiter, key, time.Minute)
+	waitForOn(t, holder, key, 1)
+
+	to, _ := moveSlot(t, nodes, cc, key)
+	time.Sleep(1500 * time.Millisecond) // the watch learns the new master (a MOVED) and tracks the key there
+	reads := func() int64 { return redistest.Calls(t, to.Client(), "mget") }
+	before := reads()
+	time.Sleep(time.Second)
+	idle := reads() - before
+	t.Logf("reads of the key on its new master in 1s of waiting: %d", idle)
+	require.LessOrEqual(t, idle, int64(1), "the key is tracked on its new master, not polled") // a ticket renewal's look may fall in the second
+
+	freed := time.Now()
+	require.NoError(t, to.Client().Del(ctx, key).Err())
+	select {
+	case w := <-got:
+		require.NoError(t, w.err)
+		t.Logf("served %v after the DEL", time.Since(freed))
+		require.NoError(t, w.l.Release(ctx))
+	case <-time.After(freeBound):
+		t.Fatalf("the waiter was not served within %v of the DEL", freeBound)
+	}
+}
