@@ -135,18 +135,8 @@ func (c *Client) Check(ctx context.Context, key string) (Report, error) {
 	if err != nil {
 		return r, fmt.Errorf("padlock: check: %w", err)
 	}
-	r.Nodes = make([]NodeInfo, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() { r.Nodes[i] = readNode(ctx, n) })
-	}
-	wg.Wait()
-	reached := 0
-	for _, n := range r.Nodes {
-		if n.Err == nil {
-			reached++
-		}
-	}
+	var reached int
+	r.Nodes, reached = readNodes(ctx, nodes)
 	if err := ctx.Err(); err != nil {
 		return r, fmt.Errorf("padlock: check: %w", err)
 	}
@@ -176,7 +166,7 @@ func (c *Client) Check(ctx context.Context, key string) (Report, error) {
 	}
 	acl := c.checkCommands(ctx, key, live, names)
 	r.Findings = append(r.Findings, acl...)
-	if f, ok := c.checkTracking(ctx, key); ok {
+	if f, ok := c.checkTracking(ctx, key, r.Nodes); ok {
 		r.Findings = append(r.Findings, f)
 	}
 	switch {
@@ -200,6 +190,24 @@ func (c *Client) Check(ctx context.Context, key string) (Report, error) {
 	}
 	slices.SortStableFunc(r.Findings, func(a, b Finding) int { return int(b.Severity) - int(a.Severity) })
 	return r, nil
+}
+
+// readNodes reads what Check reports of each node, all at once, and
+// counts the nodes that answered.
+func readNodes(ctx context.Context, nodes []driver.Node) ([]NodeInfo, int) {
+	infos := make([]NodeInfo, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { infos[i] = readNode(ctx, n) })
+	}
+	wg.Wait()
+	reached := 0
+	for _, n := range infos {
+		if n.Err == nil {
+			reached++
+		}
+	}
+	return infos, reached
 }
 
 // aclCommands are the commands padlock sends, directly or from its
@@ -416,13 +424,14 @@ func probeSubscribeOn(ctx context.Context, wait time.Duration, r driver.Driver, 
 // checkTracking opens a tracking connection to key's node, as the watch
 // of waiters does (see watch.go), and returns a finding when the Client's
 // waiters would learn only by polling that something else freed a key.
-func (c *Client) checkTracking(ctx context.Context, key string) (Finding, bool) {
-	if c.nodes != nil {
-		return Finding{}, false // a Redlock does not watch
+// nodes are Check's, the first one's Server said.
+func (c *Client) checkTracking(ctx context.Context, key string, nodes []NodeInfo) (Finding, bool) {
+	if c.nodes != nil || nodes[0].Server == "miniredis" {
+		return Finding{}, false // a Redlock does not watch; a test server's settings are not checked
 	}
 	const problem = "a waiter learns that something other than padlock freed its key (an operator's DEL, an eviction, FLUSHALL) within 100ms, by its Client reading the keys it waits for, not at once through Redis's invalidations"
-	tracker, ok := c.d.(driver.Tracker)
-	if !ok {
+	tracker := c.tracker()
+	if tracker == nil {
 		return Finding{Severity: Info, Topic: "waiting", Problem: problem + ": the driver has no tracking (driver.Tracker)"}, true
 	}
 	t, err := tracker.Track(ctx, key, func([]string) {})

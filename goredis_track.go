@@ -54,6 +54,7 @@ func (g *goRedis) Track(ctx context.Context, key string, invalidated func([]stri
 		return nil, fmt.Errorf("%w: tracking on a %T", ErrUnsupported, g.rdb)
 	}
 	opt.Protocol, opt.PoolSize, opt.MinIdleConns = 2, 1, 0
+	opt.ContextTimeoutEnabled = true // the watch bounds each round trip
 	connect := opt.OnConnect
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if connect != nil {
@@ -72,8 +73,8 @@ func (g *goRedis) Track(ctx context.Context, key string, invalidated func([]stri
 	}
 	t := &goRedisTracking{rdb: redis.NewClient(&opt), done: make(chan struct{})}
 	var id int64
-	t.ps = t.rdb.Subscribe(context.WithValue(ctx, receiverID{}, &id))
-	if err := t.open(ctx, &id); err != nil {
+	t.ps = t.rdb.Subscribe(ctx)
+	if err := t.open(context.WithValue(ctx, receiverID{}, &id), &id); err != nil {
 		t.Close()
 		return nil, err
 	}
@@ -82,7 +83,8 @@ func (g *goRedis) Track(ctx context.Context, key string, invalidated func([]stri
 	return t, nil
 }
 
-// open subscribes the receiver, and turns tracking on for the reader.
+// open subscribes the receiver (its dial's ctx carries id, see
+// receiverID), and turns tracking on for the reader.
 func (t *goRedisTracking) open(ctx context.Context, id *int64) error {
 	if err := t.ps.Subscribe(ctx, trackingChannel); err != nil {
 		return goRedisError(err)

@@ -66,6 +66,7 @@ type watcher struct {
 	tracks  map[string]*tracked  // by node: the address a MOVED named, or "" (the first)
 	nodes   map[string]string    // a key's node, learned from a MOVED
 	aside   map[string]time.Time // keys polled until then: their read on a tracking connection failed
+	due     map[string]time.Time // keys to read again then, on their tracking connection: they expire
 }
 
 // A tracked is one tracking connection.
@@ -104,7 +105,7 @@ func (c *Client) watchKick() {
 func (c *Client) runWatch(ctx context.Context, done chan struct{}) {
 	w := &c.watch
 	defer close(done)
-	tracker, _ := c.d.(driver.Tracker)
+	tracker := c.tracker()
 	retry := map[string]time.Time{} // a node's next Track
 	var lastPoll time.Time
 	lastWaiter := time.Now()
@@ -116,62 +117,27 @@ func (c *Client) runWatch(ctx context.Context, done chan struct{}) {
 		if len(ws) > 0 {
 			lastWaiter = now
 		}
-		w.mu.Lock()
-		if w.closed || len(ws) == 0 && now.Sub(lastWaiter) >= watchLinger {
-			w.running = false
-			w.stop()
-			tracks := w.tracks
-			w.tracks = nil
-			w.mu.Unlock()
-			for _, tr := range tracks {
-				tr.t.Close()
-			}
+		if w.ended(len(ws) == 0 && now.Sub(lastWaiter) >= watchLinger) {
 			return
 		}
-		byNode := map[string][]*waiter{}
-		var polled []*waiter
-		next := watchLinger
-		watching := make(map[string]bool, len(ws))
-		for _, wt := range ws {
-			watching[wt.key] = true
-			if until, ok := w.aside[wt.key]; ok && now.Before(until) {
-				polled = append(polled, wt)
-				next = min(next, until.Sub(now))
-				continue
-			}
-			node := w.nodes[wt.key]
-			byNode[node] = append(byNode[node], wt)
-		}
-		maps.DeleteFunc(w.nodes, func(k, _ string) bool { return !watching[k] })
-		maps.DeleteFunc(w.aside, func(k string, until time.Time) bool { return !watching[k] || !now.Before(until) })
-		for _, tr := range w.tracks {
-			maps.DeleteFunc(tr.known, func(k string, _ int8) bool { return !watching[k] })
-		}
-		w.mu.Unlock()
-
-		for node, nws := range byNode {
-			tr := c.tracking(ctx, tracker, node, nws[0].key, retry)
-			if tr == nil {
-				polled = append(polled, nws...)
+		p := w.plan(ws, now)
+		for node, nws := range p.byNode {
+			if !c.watchOn(ctx, tracker, node, nws, retry) {
+				p.polled = append(p.polled, nws...)
 				if at, ok := retry[node]; ok && tracker != nil {
-					next = min(next, time.Until(at))
+					p.next = min(p.next, time.Until(at))
 				}
-				continue
-			}
-			if fresh := c.unregistered(tr, nws); len(fresh) > 0 && !c.lookOn(ctx, tr, fresh) {
-				c.dropTracking(node, tr)
-				retry[node] = time.Now().Add(trackRetry)
-				polled = append(polled, nws...)
 			}
 		}
-		if len(polled) > 0 {
+		p.next = min(p.next, w.dueIn())
+		if len(p.polled) > 0 {
 			if time.Since(lastPoll) >= pollEvery {
 				lastPoll = time.Now()
-				c.poll(ctx, polled)
+				c.poll(ctx, p.polled)
 			}
-			next = min(next, pollEvery-time.Since(lastPoll))
+			p.next = min(p.next, pollEvery-time.Since(lastPoll))
 		}
-		timer.Reset(max(next, time.Millisecond))
+		timer.Reset(max(p.next, time.Millisecond))
 		select {
 		case <-w.kick:
 		case <-timer.C:
@@ -183,6 +149,98 @@ func (c *Client) runWatch(ctx context.Context, done chan struct{}) {
 			}
 		}
 	}
+}
+
+// tracker is the Client's driver as a driver.Tracker, or nil.
+func (c *Client) tracker() driver.Tracker {
+	d := c.d
+	if b, ok := d.(bounded); ok {
+		d = b.Driver
+	}
+	t, _ := d.(driver.Tracker)
+	return t
+}
+
+// ended ends the watch, closing its tracking connections, when the Client
+// is closed or idle says that no waiter needs it; it reports whether it
+// did.
+func (w *watcher) ended(idle bool) bool {
+	w.mu.Lock()
+	if !w.closed && !idle {
+		w.mu.Unlock()
+		return false
+	}
+	w.running = false
+	w.stop()
+	tracks := w.tracks
+	w.tracks = nil
+	w.mu.Unlock()
+	for _, tr := range tracks {
+		tr.t.Close()
+	}
+	return true
+}
+
+// dueIn is how soon the first key to expire is to be read again.
+func (w *watcher) dueIn() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	in := watchLinger
+	for _, at := range w.due {
+		in = min(in, time.Until(at))
+	}
+	return in
+}
+
+// A watchPlan is one pass of the watch: the waiters to look for on each
+// node's tracking connection, those to poll, and how soon to pass again
+// at the latest.
+type watchPlan struct {
+	byNode map[string][]*waiter
+	polled []*waiter
+	next   time.Duration
+}
+
+// plan sorts waiters ws for a pass at now, and forgets what the watch
+// knew of keys that nobody waits for any more.
+func (w *watcher) plan(ws []*waiter, now time.Time) watchPlan {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := watchPlan{byNode: map[string][]*waiter{}, next: watchLinger}
+	watching := make(map[string]bool, len(ws))
+	for _, wt := range ws {
+		watching[wt.key] = true
+		if until, ok := w.aside[wt.key]; ok && now.Before(until) {
+			p.polled = append(p.polled, wt)
+			p.next = min(p.next, until.Sub(now))
+			continue
+		}
+		node := w.nodes[wt.key]
+		p.byNode[node] = append(p.byNode[node], wt)
+	}
+	maps.DeleteFunc(w.due, func(k string, _ time.Time) bool { return !watching[k] })
+	maps.DeleteFunc(w.nodes, func(k, _ string) bool { return !watching[k] })
+	maps.DeleteFunc(w.aside, func(k string, until time.Time) bool { return !watching[k] || !now.Before(until) })
+	for _, tr := range w.tracks {
+		maps.DeleteFunc(tr.known, func(k string, _ int8) bool { return !watching[k] })
+	}
+	return p
+}
+
+// watchOn has node's tracking connection watch the keys of waiters ws:
+// it reads those not registered on it. It reports false when ws must be
+// polled instead: node has no tracking connection, or it failed.
+func (c *Client) watchOn(ctx context.Context, tracker driver.Tracker, node string, ws []*waiter, retry map[string]time.Time) bool {
+	tr := c.tracking(ctx, tracker, node, ws[0].key, retry)
+	if tr == nil {
+		return false
+	}
+	if fresh := c.unregistered(tr, ws); len(fresh) > 0 && !c.lookOn(ctx, tr, fresh) {
+		c.dropTracking(node, tr)
+		retry[node] = time.Now().Add(trackRetry)
+		return false
+	}
+	return true
 }
 
 // watched are the waiters the watch looks for: every one that waits in
@@ -297,6 +355,15 @@ func (c *Client) unregistered(tr *tracked, ws []*waiter) []*waiter {
 	w := &c.watch
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	now := time.Now()
+	for k, at := range w.due {
+		if !now.Before(at) {
+			delete(w.due, k)
+			if tr.known[k] == registered {
+				delete(tr.known, k)
+			}
+		}
+	}
 	var fresh []*waiter
 	for _, wt := range ws {
 		keys := wt.lock.queueKeys()
@@ -319,46 +386,96 @@ func (c *Client) unregistered(tr *tracked, ws []*waiter) []*waiter {
 }
 
 // lookOn reads the keys of ws on the tracking connection tr, which
-// registers them, and wakes a waiter of each key found missing. A key
-// that answers an error is polled for trackRetry, and then read on the
-// node a MOVED named. It reports false when tr failed (not a reply: tr
-// is taken for lost).
+// registers them, and wakes a waiter of each key found missing. A lock's
+// key is read by PTTL: one that is to expire is read again then (an
+// expiry sends no invalidation until Redis finds the key expired, up to
+// 100ms later). A key that answers an error is polled for trackRetry,
+// and then read on the node a MOVED named. It reports false when tr
+// failed (not a reply: tr is taken for lost).
 func (c *Client) lookOn(ctx context.Context, tr *tracked, ws []*waiter) bool {
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
-	looks := keyLooksOf(c, ws)
-	cmds := looks.cmds()
+	var sets keyLooks
+	var cmds []driver.Cmd
+	for _, kl := range keyLooksOf(c, ws) {
+		if kl.sets {
+			sets = append(sets, kl)
+			cmds = append(cmds, driver.Cmd{Key: kl.keys[0], Args: keyArgs("exists", kl.keys...)})
+			continue
+		}
+		for _, k := range kl.keys {
+			cmds = append(cmds, driver.Cmd{Key: k, Args: keyArgs("pttl", k)})
+		}
+	}
 	tr.t.Batch(ctx, cmds)
+	for i, kl := range sets {
+		kl.cmd = &cmds[i]
+	}
+	there, ok := c.registered(tr, cmds, len(sets))
+	maps.Copy(there, sets.look(ctx, tr.t))
+	keyLooksOf(c, ws).wakeFreed(c, there)
+	return ok
+}
+
+// registered records the replies of a look on tr, cmds, whose first nsets
+// are EXISTS (a look's) and the others PTTL of one key each: which keys
+// are registered, when a PTTL's key is to expire, which keys to poll and
+// where. It returns whether each PTTL's key is there, and false when tr
+// failed.
+func (c *Client) registered(tr *tracked, cmds []driver.Cmd, nsets int) (map[string]bool, bool) {
+	there := map[string]bool{}
 	ok := true
+	now := time.Now()
 	w := &c.watch
 	w.mu.Lock()
-	for i, kl := range looks {
-		kl.cmd = &cmds[i]
-		err := cmds[i].Err
-		for _, k := range kl.keys {
-			if err == nil {
+	defer w.mu.Unlock()
+	for i, cmd := range cmds {
+		keys := []string{cmd.Key}
+		if i < nsets {
+			keys = nil
+			for _, a := range cmd.Args[1:] {
+				keys = append(keys, a.(string))
+			}
+		}
+		for _, k := range keys {
+			if cmd.Err == nil {
 				if tr.known[k] == reading { // not invalidated meanwhile
 					tr.known[k] = registered
 				}
 				continue
 			}
 			delete(tr.known, k)
-			if _, reply := driver.Error(err); !reply {
+			if _, reply := driver.Error(cmd.Err); !reply {
 				ok = false
 				continue
 			}
 			if w.aside == nil {
 				w.aside, w.nodes = map[string]time.Time{}, map[string]string{}
 			}
-			w.aside[k] = time.Now().Add(trackRetry)
-			if f := strings.Fields(err.Error()); driver.HasPrefix(err, "MOVED") && len(f) >= 3 {
+			w.aside[k] = now.Add(trackRetry)
+			signal(w.kick) // polled from the next pass
+			// The node that owns it, or will once its slot has moved.
+			moved := driver.HasPrefix(cmd.Err, "MOVED") || driver.HasPrefix(cmd.Err, "ASK")
+			if f := strings.Fields(cmd.Err.Error()); moved && len(f) >= 3 {
 				w.nodes[k] = f[2]
 			}
 		}
+		if i < nsets || cmd.Err != nil {
+			continue
+		}
+		ms, err := asInt64(cmd.Reply, nil)
+		if err != nil {
+			continue
+		}
+		there[cmd.Key] = ms != -2
+		if ms >= 0 {
+			if w.due == nil {
+				w.due = map[string]time.Time{}
+			}
+			w.due[cmd.Key] = now.Add(time.Duration(ms+1) * time.Millisecond)
+		}
 	}
-	w.mu.Unlock()
-	looks.wakeFreed(c, looks.look(ctx, tr.t))
-	return ok
+	return there, ok
 }
 
 // poll reads the keys of ws through the Client's driver, and wakes a

@@ -37,6 +37,22 @@ var frees = []struct {
 	{"an expiry set by hand", func(ctx context.Context, admin *redis.Client, key string) error {
 		return admin.PExpire(ctx, key, time.Millisecond).Err()
 	}},
+	{"another library's overwrite", func(ctx context.Context, admin *redis.Client, key string) error {
+		return admin.Set(ctx, key, "another library's token", time.Millisecond).Err()
+	}},
+	{"an eviction", func(ctx context.Context, admin *redis.Client, _ string) error {
+		// Redis evicts as the limit comes down: every key with a ttl
+		// (the lock, the waiter's queue), whose ttl is the shortest
+		// first, as memory runs short.
+		_, err := admin.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.ConfigSet(ctx, "maxmemory-policy", "volatile-ttl")
+			p.ConfigSet(ctx, "maxmemory", "1")
+			p.ConfigSet(ctx, "maxmemory", "0")
+			p.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+			return nil
+		})
+		return err
+	}},
 }
 
 // servedAfterFree has rdb's Client wait for key, which another Client
@@ -78,18 +94,19 @@ func TestAWaiterIsServedWhateverFreesTheKey(t *testing.T) {
 			t.Parallel()
 			s := startMatrixServer(t, bin)
 			users := []struct {
-				name string
-				rdb  func(t *testing.T) *redis.Client
+				name  string
+				polls bool // the user may not track: its Client polls
+				rdb   func(t *testing.T) *redis.Client
 			}{
-				{"default user", func(t *testing.T) *redis.Client {
+				{"default user", false, func(t *testing.T) *redis.Client {
 					rdb := redis.NewClient(&redis.Options{Addr: s.srv.Addr()})
 					t.Cleanup(func() { _ = rdb.Close() })
 					return rdb
 				}},
-				{"README's user", func(t *testing.T) *redis.Client {
+				{"README's user", true, func(t *testing.T) *redis.Client {
 					return s.user(t, "least", s.minimalACL(t))
 				}},
-				{"README's user with tracking", func(t *testing.T) *redis.Client {
+				{"README's user with tracking", false, func(t *testing.T) *redis.Client {
 					return s.user(t, "tracking", append(s.minimalACL(t), s.trackingACL(t)...))
 				}},
 			}
@@ -100,6 +117,19 @@ func TestAWaiterIsServedWhateverFreesTheKey(t *testing.T) {
 						t.Logf("served %v after the key was freed", took)
 					})
 				}
+				t.Run(u.name+"/Check", func(t *testing.T) {
+					c := padlock.New(u.rdb(t))
+					defer c.Close()
+					r, err := c.Check(t.Context(), "lock:free:check")
+					require.NoError(t, err)
+					i := slices.IndexFunc(r.Findings, func(f padlock.Finding) bool { return f.Topic == "waiting" })
+					if !u.polls {
+						require.Equal(t, -1, i, "no finding on waiting: %v", r.Findings)
+						return
+					}
+					require.GreaterOrEqual(t, i, 0, "Check says that the Client polls: %v", r.Findings)
+					require.Contains(t, r.Findings[i].Fix, "+client|tracking", "and which permission would give it the fast path")
+				})
 			}
 		})
 	}
@@ -137,7 +167,9 @@ func TestAWaiterIsServedAfterADELOnAClusterWhoseSlotMoved(t *testing.T) {
 
 	to, _ := moveSlot(t, nodes, cc, key)
 	time.Sleep(1500 * time.Millisecond) // the watch learns the new master (a MOVED) and tracks the key there
-	reads := func() int64 { return redistest.Calls(t, to.Client(), "mget") }
+	reads := func() int64 {
+		return redistest.Calls(t, to.Client(), "mget") + redistest.Calls(t, to.Client(), "pttl") + redistest.Calls(t, to.Client(), "exists")
+	}
 	before := reads()
 	time.Sleep(time.Second)
 	idle := reads() - before
