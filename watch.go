@@ -449,16 +449,7 @@ func (c *Client) registered(tr *tracked, cmds []driver.Cmd, nsets int) (map[stri
 				ok = false
 				continue
 			}
-			if w.aside == nil {
-				w.aside, w.nodes = map[string]time.Time{}, map[string]string{}
-			}
-			w.aside[k] = now.Add(trackRetry)
-			signal(w.kick) // polled from the next pass
-			// The node that owns it, or will once its slot has moved.
-			moved := driver.HasPrefix(cmd.Err, "MOVED") || driver.HasPrefix(cmd.Err, "ASK")
-			if f := strings.Fields(cmd.Err.Error()); moved && len(f) >= 3 {
-				w.nodes[k] = f[2]
-			}
+			w.misread(tr, k, cmd.Err, now)
 		}
 		if i < nsets || cmd.Err != nil {
 			continue
@@ -476,6 +467,25 @@ func (c *Client) registered(tr *tracked, cmds []driver.Cmd, nsets int) (map[stri
 		}
 	}
 	return there, ok
+}
+
+// misread records that key k answered the error reply err on tr: it is
+// polled for trackRetry, and then read on the node that a MOVED or ASK
+// named; a MOVED to another node than tr's is read there from the next
+// pass. Under w.mu.
+func (w *watcher) misread(tr *tracked, k string, err error, now time.Time) {
+	if w.aside == nil {
+		w.aside, w.nodes = map[string]time.Time{}, map[string]string{}
+	}
+	signal(w.kick) // the next pass reads it, or polls it
+	f := strings.Fields(err.Error())
+	if len(f) >= 3 && (driver.HasPrefix(err, "MOVED") || driver.HasPrefix(err, "ASK")) {
+		w.nodes[k] = f[2] // the node that owns it, or will once its slot has moved
+		if driver.HasPrefix(err, "MOVED") && w.tracks[f[2]] != tr {
+			return
+		}
+	}
+	w.aside[k] = now.Add(trackRetry)
 }
 
 // poll reads the keys of ws through the Client's driver, and wakes a
