@@ -4,72 +4,156 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/padlock-go/padlock"
+	"github.com/padlock-go/padlock/internal/redistest"
 )
 
-// free: on each implementation, a waiter blocked on a key held by
-// another client of it holds the key once the key is free. How soon, from
-// the moment the key is free to the moment the waiter holds it, for each
-// way a key is freed: the holder crashed (ttl 1s, never released; free at
-// its expiry), an operator's DEL of the key by hand, and a normal release.
-// 5 trials per round, each on a key and two new clients of its own. Then
-// the cost of waiting when nothing happens: the commands/s that Redis
-// runs while one client holds a key (ttl 10s, no renewal of padlock's
-// within the window) and one waits for it, for 5s.
+// free: a waiter blocked on a key held by another client of the same
+// implementation holds the key once the key is free. How soon, from the
+// moment the key is free to the moment the waiter holds it, for each way
+// a key is freed. Every implementation is measured when the holder
+// crashed (ttl 1s, never released: free at its expiry), after an
+// operator's DEL, and after a normal release; padlock's drivers also
+// after UNLINK, FLUSHALL, an eviction and another library's overwrite
+// (SET … PX 1), and so is padlock on go-redis as a Redis user without
+// CLIENT TRACKING ("padlock-polls", which polls). 5 trials per way and
+// round, each on a key and two new clients of its own. Then the cost of
+// waiting when nothing happens: the commands/s that Redis runs while one
+// client holds a key (ttl 10s, no renewal of padlock's within the
+// window) and one waits for it, for 5s. Last, padlock's drivers on every
+// server of PADLOCK_SERVERS (the compatibility matrix), when it is set:
+// the ways that are not padlock's, 3 trials each per round.
 func free(addr string) {
 	const trials = 5
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
-	ways := []string{"crash", "DEL", "release"}
+	ims := append(impls(), pollingImpl(admin))
 	type row struct {
 		name  string
 		waits map[string][]time.Duration
 		idle  float64
 	}
 	var rows []row
-	for _, im := range impls() {
+	for _, im := range ims {
 		r := row{name: im.name, waits: map[string][]time.Duration{}}
 		for round := range *rounds {
-			for _, way := range ways {
-				if way == "crash" && strings.HasPrefix(im.name, "rueidislock") {
-					continue // its client keeps every lock alive until released: no holder to crash in-process
+			for _, way := range freeWays {
+				if !way.peers && !isPadlock(im.name) || way.name == "crash" && strings.HasPrefix(im.name, "rueidislock") {
+					continue // rueidislock keeps every lock alive until released: no holder to crash in-process
 				}
 				for trial := range trials {
-					key := fmt.Sprintf("bench:free:%s:%s:%d:%d", im.name, way, round, trial)
-					r.waits[way] = append(r.waits[way], freeOnce(addr, admin, im, key, way))
+					key := fmt.Sprintf("bench:free:%s:%s:%d:%d", im.name, way.name, round, trial)
+					r.waits[way.name] = append(r.waits[way.name], freeOnce(addr, admin, im, key, way, 300*time.Millisecond))
 				}
 			}
 		}
-		r.idle = idleCost(addr, admin, im)
+		r.idle = idleCost(admin, im)
 		rows = append(rows, r)
 	}
 	fmt.Printf("## A waiter served when the key is free: %d rounds x %d trials per way; ms from the moment the key is free to the moment the waiter holds it, median / max\n\n", *rounds, trials)
-	fmt.Println("| implementation | the holder crashed (ttl 1s) | `DEL` by hand | a normal release | commands/s, one holder and one idle waiter |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: |")
+	fmt.Print("| implementation |")
+	for _, way := range freeWays {
+		fmt.Printf(" %s |", way.title)
+	}
+	fmt.Println(" commands/s, one holder and one idle waiter |")
+	fmt.Println("| --- |" + strings.Repeat(" ---: |", len(freeWays)+1))
 	for _, r := range rows {
 		fmt.Printf("| %s |", r.name)
-		for _, way := range ways {
-			w := r.waits[way]
-			if len(w) == 0 {
-				fmt.Print(" — |")
-				continue
-			}
-			slices.Sort(w)
-			fmt.Printf(" %s / %s |", ms(w[len(w)/2]), ms(w[len(w)-1]))
+		for _, way := range freeWays {
+			fmt.Printf(" %s |", medianMax(r.waits[way.name]))
 		}
 		fmt.Printf(" %.1f |\n", r.idle)
 	}
 	fmt.Println()
+	freeMatrix()
+}
+
+// A freeWay is a way a key is freed behind its holder's back, or not.
+type freeWay struct {
+	name, title string
+	peers       bool // measured on every implementation; else on padlock's drivers only
+	// free frees keys (the lock's) and returns when; nil: at the
+	// holder's expiry.
+	free func(ctx context.Context, admin *redis.Client, keys []string, unlock func(context.Context) error) error
+}
+
+var freeWays = []freeWay{
+	{"crash", "the holder crashed (ttl 1s)", true, nil},
+	{"DEL", "`DEL`", true, func(ctx context.Context, admin *redis.Client, keys []string, _ func(context.Context) error) error {
+		return admin.Del(ctx, keys...).Err()
+	}},
+	{"UNLINK", "`UNLINK`", false, func(ctx context.Context, admin *redis.Client, keys []string, _ func(context.Context) error) error {
+		return admin.Unlink(ctx, keys...).Err()
+	}},
+	{"FLUSHALL", "`FLUSHALL`", false, func(ctx context.Context, admin *redis.Client, _ []string, _ func(context.Context) error) error {
+		return admin.FlushAll(ctx).Err()
+	}},
+	{"eviction", "an eviction", false, func(ctx context.Context, admin *redis.Client, _ []string, _ func(context.Context) error) error {
+		// The limit comes down to nothing and back: Redis evicts every key
+		// with a ttl, the shortest first.
+		_, err := admin.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.ConfigSet(ctx, "maxmemory-policy", "volatile-ttl")
+			p.ConfigSet(ctx, "maxmemory", "1")
+			p.ConfigSet(ctx, "maxmemory", "0")
+			p.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+			return nil
+		})
+		return err
+	}},
+	{"overwrite", "another library's overwrite (`SET … PX 1`)", false, func(ctx context.Context, admin *redis.Client, keys []string, _ func(context.Context) error) error {
+		return admin.Set(ctx, keys[0], "another library's token", time.Millisecond).Err()
+	}},
+	{"release", "a normal release", true, func(ctx context.Context, _ *redis.Client, _ []string, unlock func(context.Context) error) error {
+		return unlock(ctx)
+	}},
+}
+
+// isPadlock reports whether the implementation named name is padlock's.
+func isPadlock(name string) bool { return strings.HasPrefix(name, "padlock") }
+
+// medianMax is "median / max" of w in ms, or "—" when w is empty.
+func medianMax(w []time.Duration) string {
+	if len(w) == 0 {
+		return "—"
+	}
+	w = slices.Sorted(slices.Values(w))
+	return ms(w[len(w)/2]) + " / " + ms(w[len(w)-1])
+}
+
+// pollingImpl is padlock on go-redis as a Redis user that may not run
+// CLIENT TRACKING: its waiters' Client polls.
+func pollingImpl(admin *redis.Client) impl {
+	ctx := context.Background()
+	rule := []any{"ACL", "SETUSER", "bench-polls", "reset", "on", ">bench", "~*", "+@all", "-client|tracking", "&*"}
+	err := admin.Do(ctx, rule...).Err()
+	if err != nil { // Redis 6.0: no channel rules, no subcommand taken away
+		rule = append(rule[:len(rule)-2], "-client")
+		err = admin.Do(ctx, rule...).Err()
+	}
+	if err != nil {
+		log.Fatalf("free: ACL SETUSER: %v", err)
+	}
+	return impl{"padlock-polls", func(addr string) (locker, *counter) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, Username: "bench-polls", Password: "bench"})
+		c := padlock.New(rdb)
+		return padlockLocker{"padlock-polls", c, func() { _ = c.Close(); _ = rdb.Close() }}, nil
+	}}
 }
 
 // freeOnce is one trial: a holder and a waiter, each a new client of im,
-// on key, freed by way. It returns how soon the waiter held it.
-func freeOnce(addr string, admin *redis.Client, im impl, key, way string) time.Duration {
+// on key, freed by way once the waiter has waited for settle. It returns
+// how soon the waiter held it.
+func freeOnce(addr string, admin *redis.Client, im impl, key string, way freeWay, settle time.Duration) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	holder, _ := im.new(addr)
@@ -77,7 +161,7 @@ func freeOnce(addr string, admin *redis.Client, im impl, key, way string) time.D
 	waiter, _ := im.new(addr)
 	defer waiter.close()
 	ttl := lockTTL
-	if way == "crash" {
+	if way.free == nil {
 		ttl = time.Second
 	}
 	unlock, err := holder.try(ctx, key, ttl)
@@ -95,28 +179,22 @@ func freeOnce(addr string, admin *redis.Client, im impl, key, way string) time.D
 		held <- at
 		_ = unlockW(context.Background())
 	}()
-	time.Sleep(300 * time.Millisecond) // the waiter waits
-	var freed time.Time
-	switch way {
-	case "crash":
-		freed = expires
-	case "DEL":
+	// The waiter waits; a jitter, so that a poll's phase is not the
+	// same in every trial.
+	time.Sleep(settle + rand.N(100*time.Millisecond))
+	freed := expires
+	if way.free != nil {
 		keys := lockKeys(ctx, admin, key)
 		freed = time.Now()
-		if err := admin.Del(ctx, keys...).Err(); err != nil {
-			log.Fatal(err)
-		}
-	case "release":
-		freed = time.Now()
-		if err := unlock(ctx); err != nil {
-			log.Fatalf("free: %s: release: %v", im.name, err)
+		if err := way.free(ctx, admin, keys, unlock); err != nil {
+			log.Fatalf("free: %s: %s: %v", im.name, way.name, err)
 		}
 	}
 	select {
 	case at := <-held:
 		return at.Sub(freed)
 	case <-ctx.Done():
-		log.Fatalf("free: %s: the waiter was not served within a minute of a %s", im.name, way)
+		log.Fatalf("free: %s: the waiter was not served within a minute of a %s", im.name, way.name)
 		return 0
 	}
 }
@@ -133,8 +211,9 @@ func lockKeys(ctx context.Context, admin *redis.Client, key string) []string {
 
 // idleCost is the commands/s Redis runs in 5s while a client of im holds a
 // key and another waits for it.
-func idleCost(addr string, admin *redis.Client, im impl) float64 {
+func idleCost(admin *redis.Client, im impl) float64 {
 	const window = 5 * time.Second
+	addr := admin.Options().Addr
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	holder, _ := im.new(addr)
@@ -162,4 +241,73 @@ func idleCost(addr string, admin *redis.Client, im impl) float64 {
 	<-done
 	_ = unlock(ctx)
 	return float64(calls) / window.Seconds()
+}
+
+// freeMatrix runs the ways that are not padlock's on every server of
+// PADLOCK_SERVERS, on padlock's drivers and padlock-polls, and prints a
+// row per server.
+func freeMatrix() {
+	bins := filepath.SplitList(os.Getenv("PADLOCK_SERVERS"))
+	if len(bins) == 0 {
+		return
+	}
+	const trials = 3
+	var ways []freeWay
+	for _, way := range freeWays {
+		if !way.peers {
+			ways = append(ways, way)
+		}
+	}
+	var names []string
+	type cell = []time.Duration
+	results := map[string]map[string]cell{} // by server, by implementation
+	var servers []string
+	for _, bin := range bins {
+		env := &benchEnv{}
+		srv := redistest.Start(env, redistest.WithBinary(bin))
+		admin := srv.Client()
+		ims := append(padlockImpls(), pollingImpl(admin))
+		server := filepath.Base(bin)
+		servers = append(servers, server)
+		results[server] = map[string]cell{}
+		names = names[:0]
+		for _, im := range ims {
+			names = append(names, im.name)
+			for round := range *rounds {
+				for _, way := range ways {
+					for trial := range trials {
+						key := fmt.Sprintf("bench:free:%s:%s:%d:%d", im.name, way.name, round, trial)
+						results[server][im.name] = append(results[server][im.name], freeOnce(srv.Addr(), admin, im, key, way, 100*time.Millisecond))
+					}
+				}
+			}
+		}
+		_ = admin.Close()
+		env.cleanup()
+	}
+	fmt.Printf("## The same on every server of the matrix: %s; %d rounds x %d trials per way, ms, median / max over the ways\n\n", strings.Join(wayNames(ways), ", "), *rounds, trials)
+	fmt.Println("| server | " + strings.Join(names, " | ") + " |")
+	fmt.Println("| --- |" + strings.Repeat(" ---: |", len(names)))
+	for _, server := range servers {
+		fmt.Printf("| %s |", server)
+		for _, name := range names {
+			fmt.Printf(" %s |", medianMax(results[server][name]))
+		}
+		fmt.Println()
+	}
+	fmt.Println()
+}
+
+// padlockImpls are the implementations of impls that are padlock's.
+func padlockImpls() []impl {
+	return slices.DeleteFunc(impls(), func(im impl) bool { return !isPadlock(im.name) })
+}
+
+// wayNames are the names of ways.
+func wayNames(ways []freeWay) []string {
+	var names []string
+	for _, w := range ways {
+		names = append(names, w.name)
+	}
+	return names
 }
