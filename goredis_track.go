@@ -35,6 +35,7 @@ type goRedisTracking struct {
 	life context.Context
 	end  context.CancelFunc
 	once sync.Once
+	mu   sync.Mutex // the reader takes one command or pipeline at a time
 }
 
 // Track opens the two connections to key's master (the client's server,
@@ -104,7 +105,9 @@ func (t *goRedisTracking) open(ctx context.Context, id *int64) error {
 // receive reads the invalidations until the receiver fails or is closed.
 // A silent receiver is pinged, and taken for lost when the PING goes
 // unanswered as long again: go-redis would dial it again by itself, with
-// another CLIENT ID, which the redirect does not follow.
+// another CLIENT ID, which the redirect does not follow. The reader is
+// pinged with it: Redis stops tracking for a reader whose connection it
+// lost, and the receiver would hear nothing.
 func (t *goRedisTracking) receive(invalidated func([]string)) {
 	defer close(t.done)
 	pinged := false
@@ -115,7 +118,7 @@ func (t *goRedisTracking) receive(invalidated func([]string)) {
 		case strings.Contains(err.Error(), "unsupported pubsub message payload"):
 			invalidated(nil) // FLUSHALL's nil list, which go-redis does not read
 			continue
-		case driver.IsTimeout(err) && !pinged && t.ps.Ping(t.life) == nil:
+		case driver.IsTimeout(err) && !pinged && t.ps.Ping(t.life) == nil && t.pingReader() == nil:
 			pinged = true
 			continue
 		default:
@@ -135,8 +138,19 @@ func (t *goRedisTracking) receive(invalidated func([]string)) {
 	}
 }
 
+// pingReader pings the reader, bounded by pubsubQuiet.
+func (t *goRedisTracking) pingReader() error {
+	ctx, cancel := context.WithTimeout(t.life, pubsubQuiet)
+	defer cancel()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.conn.Ping(ctx).Err()
+}
+
 // Batch sends cmds on the reader, in one round trip.
 func (t *goRedisTracking) Batch(ctx context.Context, cmds []driver.Cmd) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	rcs := make([]*redis.Cmd, len(cmds))
 	_, err := t.conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds {

@@ -187,3 +187,92 @@ func TestAWaiterIsServedAfterADELOnAClusterWhoseSlotMoved(t *testing.T) {
 		t.Fatalf("the waiter was not served within %v of the DEL", freeBound)
 	}
 }
+
+// trackingConns are the ids of the connections of the server of admin
+// that take part in CLIENT TRACKING: those with it on (flag t), and those
+// they redirect to.
+func trackingConns(t *testing.T, admin *redis.Client) []string {
+	t.Helper()
+	list, err := admin.ClientList(t.Context()).Result()
+	require.NoError(t, err)
+	var ids []string
+	for _, line := range strings.Split(list, "\n") {
+		var id string
+		on := false
+		for _, f := range strings.Fields(line) {
+			k, v, _ := strings.Cut(f, "=")
+			switch {
+			case k == "id":
+				id = v
+			case k == "flags" && strings.Contains(v, "t"):
+				on = true
+			case k == "redir" && v != "-1":
+				ids = append(ids, v)
+			}
+		}
+		if on {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// A waiter's tracking connections cut (killed, as a proxy that drops
+// them would): a key freed at that moment still serves its waiter, by
+// the poll or the ticket renewal, and once tracking is back a DEL serves
+// the next waiter at once, with no polling meanwhile.
+func TestAWaiterIsServedWhenItsTrackingConnectionIsCut(t *testing.T) {
+	t.Parallel() // a server of its own; mostly waits
+	srv := redistest.Start(t)
+	admin := srv.Client()
+	ctx := t.Context()
+	holder := padlock.New(admin)
+	defer holder.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	waiter := padlock.New(rdb, neverPoll)
+	defer waiter.Close()
+
+	_, err := holder.TryAcquire(ctx, "lock:cut:1", time.Minute)
+	require.NoError(t, err)
+	got := acquireLater(ctx, waiter, "lock:cut:1", time.Minute)
+	waitForOn(t, holder, "lock:cut:1", 1)
+	require.Eventually(t, func() bool { return len(trackingConns(t, admin)) > 0 }, 5*time.Second, 10*time.Millisecond, "the waiter's Client tracks the key")
+	for _, id := range trackingConns(t, admin) {
+		require.NoError(t, admin.Do(ctx, "CLIENT", "KILL", "ID", id).Err())
+	}
+	freed := time.Now()
+	require.NoError(t, admin.Del(ctx, "lock:cut:1").Err())
+	select {
+	case w := <-got:
+		require.NoError(t, w.err)
+		t.Logf("served %v after the DEL, its tracking cut", time.Since(freed))
+		require.NoError(t, w.l.Release(ctx))
+	case <-time.After(servedBound):
+		t.Fatalf("the waiter was not served within %v of the DEL, its tracking cut", servedBound)
+	}
+
+	_, err = holder.TryAcquire(ctx, "lock:cut:2", time.Minute)
+	require.NoError(t, err)
+	got = acquireLater(ctx, waiter, "lock:cut:2", time.Minute)
+	waitForOn(t, holder, "lock:cut:2", 1)
+	require.Eventually(t, func() bool { return len(trackingConns(t, admin)) > 0 }, 5*time.Second, 10*time.Millisecond, "tracking is back")
+	time.Sleep(200 * time.Millisecond) // the key is read on it
+	reads := func() int64 {
+		return redistest.Calls(t, admin, "mget") + redistest.Calls(t, admin, "pttl") + redistest.Calls(t, admin, "exists")
+	}
+	before := reads()
+	time.Sleep(time.Second)
+	idle := reads() - before
+	require.LessOrEqual(t, idle, int64(1), "tracked again, not polled") // a ticket renewal's look may fall in the second
+	freed = time.Now()
+	require.NoError(t, admin.Del(ctx, "lock:cut:2").Err())
+	select {
+	case w := <-got:
+		require.NoError(t, w.err)
+		t.Logf("served %v after the DEL, tracking back", time.Since(freed))
+		require.NoError(t, w.l.Release(ctx))
+	case <-time.After(freeBound):
+		t.Fatalf("the waiter was not served within %v of the DEL, tracking back", freeBound)
+	}
+}
