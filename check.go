@@ -437,7 +437,7 @@ func (c *Client) checkTracking(ctx context.Context, key string, nodes []NodeInfo
 	t, err := tracker.Track(ctx, key, func([]string) {})
 	if err != nil {
 		return Finding{Severity: Info, Topic: "waiting", Problem: problem + ": " + err.Error(),
-			Fix: "allow CLIENT TRACKING: ACL SETUSER <user> +client|tracking +client|id &__redis__:invalidate (rueidis and valkey-go need +client|tracking alone, and RESP3)"}, true
+			Fix: "allow CLIENT TRACKING (ACL SETUSER <user> +client|tracking), on a connection in RESP3 (HELLO 3)"}, true
 	}
 	t.Close()
 	return Finding{}, false

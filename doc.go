@@ -35,9 +35,13 @@
 // process died is skipped when its ticket lapses, within 5 seconds. A
 // waiter whose wait ends as the lock comes to it passes it on. Redis is the
 // truth, the messages hints: a key freed by anything else (a DEL by hand,
-// another library's release, eviction, a shortened TTL) is seen by the
-// tickets' renewal, which looks at the keys they wait for, and its queue
-// is served within a renewal period (2.5s for a TTL of 5s or more). TryAcquire
+// another library's release, eviction, FLUSHALL, a shortened TTL) is seen
+// by the Client's watch of the keys its waiters wait for, through Redis's
+// invalidations (CLIENT TRACKING, on a connection of its own per node),
+// within milliseconds, or by reading them every 100ms where tracking
+// cannot be had; and at the latest by the tickets' renewal, which looks
+// at the keys too, within a renewal period (2.5s for a TTL of 5s or
+// more). Client.Check says which path a Client takes. TryAcquire
 // does not queue: it takes a lock only when it is free. Redlock and keys
 // with a brace but no hash tag cannot queue in Redis: they wait in the
 // same loop inside their Client only, where a release is announced on the

@@ -1,188 +1,237 @@
 package padlock
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
-	"strings"
+	"net"
+	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/padlock-go/padlock/driver"
 )
 
-// The go-redis adapter's driver.Tracker. go-redis reads no RESP3 push on
-// a connection that also answers commands (not on every v9 release), so
-// tracking takes two connections to the node, both RESP2: one subscribed
-// to __redis__:invalidate, where Redis sends the invalidations, and one
-// with CLIENT TRACKING ON REDIRECT to the first, which reads the keys.
-// They are a client of their own, made from the node's Options (address,
-// user, TLS, dialer), with one connection in its pool.
-
-// trackingChannel is where Redis sends a RESP2 connection's invalidations.
-const trackingChannel = "__redis__:invalidate"
-
-// receiverID carries, in the context of the subscription's dial, where
-// OnConnect writes the connection's CLIENT ID.
-type receiverID struct{}
+// The go-redis adapter's driver.Tracker: one connection of padlock's own
+// to the node, in RESP3 (HELLO 3) with CLIENT TRACKING on, on which Redis
+// pushes the invalidations between the replies. go-redis reads no push on
+// a connection that answers commands (not on every v9 release padlock
+// supports), so padlock reads this one itself (readRESP3). It is dialed
+// as go-redis dials the node: the node's Options give the Dialer (the
+// address, TLS; a failover client's finds the primary), the user and
+// password (or CredentialsProvider) and the database.
 
 // goRedisTracking is the driver.Tracking of a go-redis client.
 type goRedisTracking struct {
-	rdb  *redis.Client
-	ps   *redis.PubSub
-	conn *redis.Conn
-	done chan struct{} // closed when receive returns
-	life context.Context
-	end  context.CancelFunc
-	once sync.Once
-	mu   sync.Mutex // the reader takes one command or pipeline at a time
+	conn    net.Conn
+	mu      sync.Mutex // one Batch at a time: its commands, then its replies
+	w       *bufio.Writer
+	replies chan resp3Reply // from read, in order
+	heard   atomic.Int64    // when read last heard anything (unix ns)
+	done    chan struct{}   // closed when read returns
+	closing chan struct{}
+	once    sync.Once
 }
 
-// Track opens the two connections to key's master (the client's server,
-// or a failover client's primary).
+// A resp3Reply is a reply read on the connection, or what ended it.
+type resp3Reply struct {
+	v   any
+	err error
+}
+
+// Track dials key's master (the client's server, or a failover client's
+// primary) and turns tracking on.
 func (g *goRedis) Track(ctx context.Context, key string, invalidated func([]string)) (driver.Tracking, error) {
-	var opt redis.Options
+	var opt *redis.Options
 	switch r := g.rdb.(type) {
 	case *redis.ClusterClient:
 		node, err := r.MasterForKey(ctx, key)
 		if err != nil {
 			return nil, goRedisError(err)
 		}
-		opt = *node.Options()
+		opt = node.Options()
 	case *redis.Client:
-		opt = *r.Options()
+		opt = r.Options()
 	default:
 		return nil, fmt.Errorf("%w: tracking on a %T", ErrUnsupported, g.rdb)
 	}
-	opt.Protocol, opt.PoolSize, opt.MinIdleConns = 2, 1, 0
-	opt.ContextTimeoutEnabled = true // the watch bounds each round trip
-	connect := opt.OnConnect
-	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
-		if connect != nil {
-			if err := connect(ctx, cn); err != nil {
-				return err
-			}
-		}
-		if id, ok := ctx.Value(receiverID{}).(*int64); ok {
-			n, err := cn.ClientID(ctx).Result()
-			if err != nil {
-				return err
-			}
-			*id = n
-		}
-		return nil
+	conn, err := opt.Dialer(ctx, opt.Network, opt.Addr)
+	if err != nil {
+		return nil, err
 	}
-	t := &goRedisTracking{rdb: redis.NewClient(&opt), done: make(chan struct{})}
-	var id int64
-	t.ps = t.rdb.Subscribe(ctx)
-	if err := t.open(context.WithValue(ctx, receiverID{}, &id), &id); err != nil {
+	t := &goRedisTracking{conn: conn, w: bufio.NewWriter(conn), replies: make(chan resp3Reply, 16),
+		done: make(chan struct{}), closing: make(chan struct{})}
+	t.heard.Store(time.Now().UnixNano())
+	go t.read(invalidated)
+	if err := t.open(ctx, opt); err != nil {
 		t.Close()
 		return nil, err
 	}
-	t.life, t.end = context.WithCancel(context.Background())
-	go t.receive(invalidated)
+	go t.keepAlive()
 	return t, nil
 }
 
-// open subscribes the receiver (its dial's ctx carries id, see
-// receiverID), and turns tracking on for the reader.
-func (t *goRedisTracking) open(ctx context.Context, id *int64) error {
-	if err := t.ps.Subscribe(ctx, trackingChannel); err != nil {
-		return goRedisError(err)
+// open says HELLO 3 (with the credentials), selects the database and
+// turns tracking on.
+func (t *goRedisTracking) open(ctx context.Context, opt *redis.Options) error {
+	hello := []any{"hello", "3"}
+	user, pass := opt.Username, opt.Password
+	if opt.CredentialsProvider != nil {
+		user, pass = opt.CredentialsProvider()
 	}
-	if _, err := t.ps.ReceiveTimeout(ctx, until(ctx)); err != nil { // the confirmation
-		return goRedisError(err)
+	if pass != "" {
+		if user == "" {
+			user = "default"
+		}
+		hello = append(hello, "auth", user, pass)
 	}
-	if *id == 0 {
-		return fmt.Errorf("padlock: the tracking receiver's CLIENT ID is unknown")
+	cmds := []driver.Cmd{{Args: hello}}
+	if opt.DB != 0 {
+		cmds = append(cmds, driver.Cmd{Args: []any{"select", opt.DB}})
 	}
-	t.conn = t.rdb.Conn()
-	on := redis.NewCmd(ctx, "client", "tracking", "on", "redirect", *id)
-	_ = t.conn.Process(ctx, on)
-	return goRedisError(on.Err())
+	cmds = append(cmds, driver.Cmd{Args: []any{"client", "tracking", "on"}})
+	t.Batch(ctx, cmds)
+	for _, c := range cmds {
+		if c.Err != nil {
+			return c.Err
+		}
+	}
+	return nil
 }
 
-// receive reads the invalidations until the receiver fails or is closed.
-// A silent receiver is pinged, and taken for lost when the PING goes
-// unanswered as long again: go-redis would dial it again by itself, with
-// another CLIENT ID, which the redirect does not follow. The reader is
-// pinged with it: Redis stops tracking for a reader whose connection it
-// lost, and the receiver would hear nothing.
-func (t *goRedisTracking) receive(invalidated func([]string)) {
+// read reads the connection until it fails or is closed: an invalidation
+// goes to invalidated, a reply to Batch.
+func (t *goRedisTracking) read(invalidated func([]string)) {
 	defer close(t.done)
-	pinged := false
+	r := bufio.NewReader(t.conn)
 	for {
-		msg, err := t.ps.ReceiveTimeout(t.life, pubsubQuiet)
-		switch {
-		case err == nil:
-		case strings.Contains(err.Error(), "unsupported pubsub message payload"):
-			invalidated(nil) // FLUSHALL's nil list, which go-redis does not read
-			continue
-		case driver.IsTimeout(err) && !pinged && t.ps.Ping(t.life) == nil && t.pingReader() == nil:
-			pinged = true
-			continue
-		default:
+		v, push, err := readRESP3(r)
+		if err != nil {
 			return
 		}
-		pinged = false
-		if m, ok := msg.(*redis.Message); ok && m.Channel == trackingChannel {
-			switch {
-			case m.PayloadSlice != nil:
-				invalidated(m.PayloadSlice)
-			case m.Payload != "":
-				invalidated([]string{m.Payload})
-			default:
-				invalidated(nil)
+		t.heard.Store(time.Now().UnixNano())
+		if push {
+			if keys, ok := invalidation(v); ok {
+				invalidated(keys)
 			}
+			continue
+		}
+		select {
+		case t.replies <- resp3Reply{v: v}:
+		case <-t.closing:
+			return
 		}
 	}
 }
 
-// pingReader pings the reader, bounded by pubsubQuiet.
-func (t *goRedisTracking) pingReader() error {
-	ctx, cancel := context.WithTimeout(t.life, pubsubQuiet)
-	defer cancel()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.conn.Ping(ctx).Err()
+// invalidation returns the keys of a push that is an invalidation (nil:
+// every key, a FLUSHALL).
+func invalidation(v any) ([]string, bool) {
+	p, ok := v.([]any)
+	if !ok || len(p) != 2 || p[0] != "invalidate" {
+		return nil, false
+	}
+	ks, _ := p[1].([]any)
+	keys := make([]string, 0, len(ks))
+	for _, k := range ks {
+		if s, ok := k.(string); ok {
+			keys = append(keys, s)
+		}
+	}
+	if ks == nil {
+		keys = nil
+	}
+	return keys, true
 }
 
-// Batch sends cmds on the reader, in one round trip.
+// keepAlive pings the connection after pubsubQuiet of silence, and takes
+// it for lost when the PING goes unanswered as long again.
+func (t *goRedisTracking) keepAlive() {
+	tick := time.NewTicker(pubsubQuiet)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.done:
+			return
+		case <-tick.C:
+		}
+		if time.Since(time.Unix(0, t.heard.Load())) < pubsubQuiet {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pubsubQuiet)
+		ping := []driver.Cmd{{Args: []any{"ping"}}}
+		t.Batch(ctx, ping)
+		cancel()
+		if ping[0].Err != nil {
+			t.Close()
+			return
+		}
+	}
+}
+
+// Batch sends cmds and reads their replies, in one round trip. A Batch
+// that fails or whose ctx ends closes the connection: replies would come
+// out of turn.
 func (t *goRedisTracking) Batch(ctx context.Context, cmds []driver.Cmd) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	rcs := make([]*redis.Cmd, len(cmds))
-	_, err := t.conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range cmds {
-			rcs[i] = p.Do(ctx, cmds[i].Args...)
+	err := t.send(cmds)
+	for i := range cmds {
+		if err == nil {
+			var r resp3Reply
+			select {
+			case r = <-t.replies:
+			case <-t.done:
+				err = errors.New("padlock: the tracking connection is closed")
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			if err == nil {
+				cmds[i].Reply, cmds[i].Err = r.v, nil
+				if e, ok := r.v.(driver.ServerError); ok {
+					cmds[i].Reply, cmds[i].Err = nil, e
+				}
+				continue
+			}
+			t.Close()
 		}
-		return nil
-	})
-	for i, rc := range rcs {
-		if err != nil && rc.Err() == nil && rc.Val() == nil {
-			rc.SetErr(err)
-		}
-		cmds[i].Reply, cmds[i].Err = goRedisReply(rc)
+		cmds[i].Reply, cmds[i].Err = nil, err
 	}
+}
+
+// send writes cmds, each an array of bulk strings.
+func (t *goRedisTracking) send(cmds []driver.Cmd) error {
+	for _, c := range cmds {
+		fmt.Fprintf(t.w, "*%d\r\n", len(c.Args))
+		for _, a := range c.Args {
+			var s string
+			switch a := a.(type) {
+			case string:
+				s = a
+			case int:
+				s = strconv.Itoa(a)
+			case int64:
+				s = strconv.FormatInt(a, 10)
+			default:
+				s = fmt.Sprint(a)
+			}
+			fmt.Fprintf(t.w, "$%d\r\n%s\r\n", len(s), s)
+		}
+	}
+	return t.w.Flush()
 }
 
 func (t *goRedisTracking) Done() <-chan struct{} { return t.done }
 
-// Close closes both connections and their client.
+// Close closes the connection, and waits for its reader.
 func (t *goRedisTracking) Close() {
 	t.once.Do(func() {
-		if t.end != nil {
-			t.end()
-		}
-		_ = t.ps.Close()
-		if t.conn != nil {
-			_ = t.conn.Close()
-		}
-		_ = t.rdb.Close()
-		if t.end != nil {
-			<-t.done
-		} else {
-			close(t.done)
-		}
+		close(t.closing)
+		_ = t.conn.Close()
 	})
+	<-t.done
 }

@@ -106,15 +106,12 @@ func pubsubIdle(t *testing.T, p *part) {
 }
 
 // subscribed returns the ids of the connections of the server of rdb that
-// are subscribed to a channel, plain or sharded, but a tracking
-// connection's receiver of invalidations (go-redis's, see padlock's
-// goredis_track.go), which another connection redirects to.
+// are subscribed to a channel, plain or sharded.
 func subscribed(t testing.TB, rdb *redis.Client) []string {
 	t.Helper()
 	list, err := rdb.ClientList(context.Background()).Result()
 	must(t, err, "CLIENT LIST")
 	var ids []string
-	receivers := map[string]bool{}
 	for _, line := range strings.Split(list, "\n") {
 		var id string
 		subs := 0
@@ -126,15 +123,12 @@ func subscribed(t testing.TB, rdb *redis.Client) []string {
 			case "sub", "ssub":
 				n, _ := strconv.Atoi(v)
 				subs += n
-			case "redir":
-				receivers[v] = true
 			}
 		}
 		if subs > 0 {
 			ids = append(ids, id)
 		}
 	}
-	ids = slices.DeleteFunc(ids, func(id string) bool { return receivers[id] })
 	slices.Sort(ids)
 	return ids
 }
