@@ -435,10 +435,16 @@ func (c *Client) checkTracking(ctx context.Context, key string, nodes []NodeInfo
 		return Finding{Severity: Info, Topic: "waiting", Problem: problem + ": the driver has no tracking (driver.Tracker)"}, true
 	}
 	t, err := tracker.Track(ctx, key, func([]string) {})
-	if err != nil {
-		return Finding{Severity: Info, Topic: "waiting", Problem: problem + ": " + err.Error(),
-			Fix: "allow CLIENT TRACKING (ACL SETUSER <user> +client|tracking), on a connection in RESP3 (HELLO 3)"}, true
+	if err == nil {
+		t.Close()
+		return Finding{}, false
 	}
-	t.Close()
-	return Finding{}, false
+	f := Finding{Severity: Info, Topic: "waiting", Problem: problem + ": " + err.Error()}
+	switch {
+	case driver.HasPrefix(err, "NOPERM"):
+		f.Fix = "ACL SETUSER <user> +client|tracking"
+	case driver.HasPrefix(err, "NOPROTO") || strings.Contains(strings.ToLower(err.Error()), "hello") || strings.Contains(err.Error(), "RESP3"):
+		f.Fix = "a connection in RESP3 (HELLO 3): a server or proxy that speaks it, a client without AlwaysRESP2"
+	}
+	return f, true
 }

@@ -37,11 +37,8 @@ type goRedisTracking struct {
 	once    sync.Once
 }
 
-// A resp3Reply is a reply read on the connection, or what ended it.
-type resp3Reply struct {
-	v   any
-	err error
-}
+// A resp3Reply is a reply read on the connection.
+type resp3Reply struct{ v any }
 
 // Track dials key's master (the client's server, or a failover client's
 // primary) and turns tracking on.

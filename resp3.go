@@ -52,6 +52,9 @@ func readRESP3(r *bufio.Reader) (v any, push bool, err error) {
 		if n < 0 {
 			return nil, false, nil // RESP2's null array
 		}
+		if n > maxRESP3 {
+			return nil, false, fmt.Errorf("padlock: not RESP3: %d elements", n)
+		}
 		if kind == '%' || kind == '|' {
 			n *= 2
 		}
@@ -76,6 +79,10 @@ func readRESP3(r *bufio.Reader) (v any, push bool, err error) {
 	return nil, false, fmt.Errorf("padlock: not RESP3: %q", line)
 }
 
+// maxRESP3 bounds the length of a blob, array or map read: nothing padlock
+// asks for comes near it; a stream that says more is not Redis.
+const maxRESP3 = 64 << 20
+
 // readBlob reads a blob of the length body says (nil: a null).
 func readBlob(r *bufio.Reader, body string) (*string, error) {
 	n, err := strconv.Atoi(body)
@@ -84,6 +91,9 @@ func readBlob(r *bufio.Reader, body string) (*string, error) {
 	}
 	if n < 0 {
 		return nil, nil
+	}
+	if n > maxRESP3 {
+		return nil, fmt.Errorf("padlock: not RESP3: a blob of %d bytes", n)
 	}
 	b := make([]byte, n+2)
 	if _, err := io.ReadFull(r, b); err != nil {

@@ -42,7 +42,7 @@ func TestReadRESP3(t *testing.T) {
 			assert.Equal(t, tt.push, push)
 		})
 	}
-	for _, bad := range []string{"", "+OK\n", "?what\r\n", ":x\r\n", "$5\r\nab\r\n", "$2\r\nabcd", "*2\r\n+a\r\n"} {
+	for _, bad := range []string{"", "+OK\n", "?what\r\n", ":x\r\n", "$5\r\nab\r\n", "$2\r\nabcd", "*2\r\n+a\r\n", "$9223372036854775807\r\n", "*99999999999\r\n"} {
 		_, _, err := readRESP3(bufio.NewReader(strings.NewReader(bad)))
 		assert.Error(t, err, "%q", bad)
 	}

@@ -227,6 +227,9 @@ func (wt *wait) sleep(ctx context.Context) (_ *Lock, mustAttempt bool, _ error) 
 	case <-timer:
 		// A pending waiter that a release queued meanwhile waits on.
 		mustAttempt = !pending || c.stopPending(w)
+		if pending && mustAttempt && wt.o.notify {
+			c.watchKick() // pending no more: the watch looks for it now
+		}
 	case <-ctx.Done():
 		return nil, false, c.waitEnded(ctx, w)
 	}

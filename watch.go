@@ -3,6 +3,7 @@ package padlock
 import (
 	"context"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -120,7 +121,7 @@ func (c *Client) runWatch(ctx context.Context, done chan struct{}) {
 		if w.ended(len(ws) == 0 && now.Sub(lastWaiter) >= watchLinger) {
 			return
 		}
-		p := w.plan(ws, now)
+		p := w.plan(c.notHeldHere(ws), now)
 		for node, nws := range p.byNode {
 			if !c.watchOn(ctx, tracker, node, nws, retry) {
 				p.polled = append(p.polled, nws...)
@@ -161,12 +162,33 @@ func (c *Client) tracker() driver.Tracker {
 	return t
 }
 
+// notHeldHere are the waiters of ws whose key no Lock of this Client
+// holds (by its local deadline). The others are left to that Lock's
+// release, which serves them, and to the ticket renewal's look: each
+// renewal of the Lock would invalidate the key, and read it again.
+func (c *Client) notHeldHere(ws []*waiter) []*waiter {
+	var held map[string]bool
+	now := time.Now()
+	c.holds.each(func(l *Lock) {
+		if l.Deadline().After(now) {
+			if held == nil {
+				held = map[string]bool{}
+			}
+			held[l.key] = true
+		}
+	})
+	if held == nil {
+		return ws
+	}
+	return slices.DeleteFunc(ws, func(wt *waiter) bool { return held[wt.key] })
+}
+
 // ended ends the watch, closing its tracking connections, when the Client
 // is closed or idle says that no waiter needs it; it reports whether it
 // did.
 func (w *watcher) ended(idle bool) bool {
 	w.mu.Lock()
-	if !w.closed && !idle {
+	if !w.closed && (!idle || len(w.kick) > 0) { // a kick: a waiter came since it looked
 		w.mu.Unlock()
 		return false
 	}
@@ -187,7 +209,9 @@ func (w *watcher) dueIn() time.Duration {
 	defer w.mu.Unlock()
 	in := watchLinger
 	for _, at := range w.due {
-		in = min(in, time.Until(at))
+		if d := time.Until(at); d > 0 { // one past is read on the next pass on its connection
+			in = min(in, d)
+		}
 	}
 	return in
 }
@@ -209,13 +233,20 @@ func (w *watcher) plan(ws []*waiter, now time.Time) watchPlan {
 	p := watchPlan{byNode: map[string][]*waiter{}, next: watchLinger}
 	watching := make(map[string]bool, len(ws))
 	for _, wt := range ws {
-		watching[wt.key] = true
-		if until, ok := w.aside[wt.key]; ok && now.Before(until) {
+		aside := time.Duration(0) // how long one of its keys is polled
+		keys := wt.lock.queueKeys()
+		for i := 0; i < len(keys); i += 2 {
+			watching[keys[i]] = true
+			if until, ok := w.aside[keys[i]]; ok && now.Before(until) {
+				aside = max(aside, until.Sub(now))
+			}
+		}
+		if aside > 0 {
 			p.polled = append(p.polled, wt)
-			p.next = min(p.next, until.Sub(now))
+			p.next = min(p.next, aside)
 			continue
 		}
-		node := w.nodes[wt.key]
+		node := w.nodes[wt.key] // a multi-key lock's keys share a slot
 		p.byNode[node] = append(p.byNode[node], wt)
 	}
 	maps.DeleteFunc(w.due, func(k string, _ time.Time) bool { return !watching[k] })
@@ -286,8 +317,6 @@ func (c *Client) tracking(ctx context.Context, tracker driver.Tracker, node, key
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	t, err := tracker.Track(ctx, key, func(keys []string) { c.invalidated(tr, keys) })
 	cancel()
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if err != nil {
 		wait := trackRetry
 		if _, reply := driver.Error(err); reply {
@@ -296,10 +325,13 @@ func (c *Client) tracking(ctx context.Context, tracker driver.Tracker, node, key
 		retry[node] = time.Now().Add(wait)
 		return nil
 	}
+	w.mu.Lock()
 	if w.closed {
-		t.Close()
+		w.mu.Unlock()
+		t.Close() // not under w.mu: its reader may be in invalidated
 		return nil
 	}
+	defer w.mu.Unlock()
 	tr.t = t
 	if w.tracks == nil {
 		w.tracks = map[string]*tracked{}
@@ -357,11 +389,9 @@ func (c *Client) unregistered(tr *tracked, ws []*waiter) []*waiter {
 	defer w.mu.Unlock()
 	now := time.Now()
 	for k, at := range w.due {
-		if !now.Before(at) {
+		if !now.Before(at) && tr.known[k] == registered {
 			delete(w.due, k)
-			if tr.known[k] == registered {
-				delete(tr.known, k)
-			}
+			delete(tr.known, k)
 		}
 	}
 	var fresh []*waiter
@@ -389,9 +419,9 @@ func (c *Client) unregistered(tr *tracked, ws []*waiter) []*waiter {
 // registers them, and wakes a waiter of each key found missing. A lock's
 // key is read by PTTL: one that is to expire is read again then (an
 // expiry sends no invalidation until Redis finds the key expired, up to
-// 100ms later). A key that answers an error is polled for trackRetry,
-// and then read on the node a MOVED named. It reports false when tr
-// failed (not a reply: tr is taken for lost).
+// 100ms later). A key that answers an error is polled or read elsewhere
+// (see misread). It reports false when tr failed (not a reply: tr is
+// taken for lost) or is not the node it was opened for.
 func (c *Client) lookOn(ctx context.Context, tr *tracked, ws []*waiter) bool {
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
@@ -449,7 +479,9 @@ func (c *Client) registered(tr *tracked, cmds []driver.Cmd, nsets int) (map[stri
 				ok = false
 				continue
 			}
-			w.misread(tr, k, cmd.Err, now)
+			if w.misread(tr, k, cmd.Err, now) {
+				ok = false
+			}
 		}
 		if i < nsets || cmd.Err != nil {
 			continue
@@ -470,22 +502,25 @@ func (c *Client) registered(tr *tracked, cmds []driver.Cmd, nsets int) (map[stri
 }
 
 // misread records that key k answered the error reply err on tr: it is
-// polled for trackRetry, and then read on the node that a MOVED or ASK
-// named; a MOVED to another node than tr's is read there from the next
-// pass. Under w.mu.
-func (w *watcher) misread(tr *tracked, k string, err error, now time.Time) {
+// polled for trackRetry, but that a MOVED to another node than tr's is
+// read there from the next pass. It reports whether tr is not the node it
+// was opened for (a MOVED to that very node: the client's slot map was
+// stale when it was opened), to be closed. An ASK (a slot moving) is
+// polled, and read again where it was. Under w.mu.
+func (w *watcher) misread(tr *tracked, k string, err error, now time.Time) (stale bool) {
 	if w.aside == nil {
 		w.aside, w.nodes = map[string]time.Time{}, map[string]string{}
 	}
 	signal(w.kick) // the next pass reads it, or polls it
-	f := strings.Fields(err.Error())
-	if len(f) >= 3 && (driver.HasPrefix(err, "MOVED") || driver.HasPrefix(err, "ASK")) {
-		w.nodes[k] = f[2] // the node that owns it, or will once its slot has moved
-		if driver.HasPrefix(err, "MOVED") && w.tracks[f[2]] != tr {
-			return
+	if f := strings.Fields(err.Error()); len(f) >= 3 && driver.HasPrefix(err, "MOVED") {
+		stale = w.tracks[f[2]] == tr
+		w.nodes[k] = f[2]
+		if !stale {
+			return false
 		}
 	}
 	w.aside[k] = now.Add(trackRetry)
+	return stale
 }
 
 // poll reads the keys of ws through the Client's driver, and wakes a

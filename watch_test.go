@@ -276,3 +276,93 @@ func TestAWaiterIsServedWhenItsTrackingConnectionIsCut(t *testing.T) {
 		t.Fatalf("the waiter was not served within %v of the DEL, tracking back", freeBound)
 	}
 }
+
+// trackedReads are the reads that the watch and the ticket renewal make
+// on the server of admin so far.
+func trackedReads(t *testing.T, admin *redis.Client) int64 {
+	return redistest.Calls(t, admin, "mget") + redistest.Calls(t, admin, "pttl") + redistest.Calls(t, admin, "exists")
+}
+
+// A waiter for several keys is watched on all of them: read once while
+// nothing changes, and served once a DEL frees the last of its keys.
+func TestAMultiKeyWaiterIsWatchedOnEveryKey(t *testing.T) {
+	t.Parallel() // a server of its own; mostly waits
+	srv := redistest.Start(t)
+	admin := srv.Client()
+	ctx := t.Context()
+	holder := padlock.New(admin)
+	defer holder.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	waiter := padlock.New(rdb, neverPoll)
+	defer waiter.Close()
+	keys := []string{"{many}:a", "{many}:b", "{many}:c"}
+	for _, k := range keys {
+		_, err := holder.TryAcquire(ctx, k, time.Minute)
+		require.NoError(t, err)
+	}
+	got := make(chan waited, 1)
+	go func() {
+		l, err := waiter.AcquireMany(ctx, keys, time.Minute)
+		got <- waited{l, err}
+	}()
+	waitForOn(t, holder, keys[0], 1)
+	// Another waiter of the Client, whose key changes 20 times: 20 passes
+	// of the watch, each of which reads that key once, and must not read
+	// the multi-key waiter's keys again.
+	_, err := holder.TryAcquire(ctx, "{many}:other", time.Minute)
+	require.NoError(t, err)
+	other := acquireLater(ctx, waiter, "{many}:other", time.Minute)
+	waitForOn(t, holder, "{many}:other", 1)
+	time.Sleep(200 * time.Millisecond) // the watch reads the keys
+	before := trackedReads(t, admin)
+	for range 20 {
+		require.NoError(t, admin.PExpire(ctx, "{many}:other", time.Minute).Err())
+		time.Sleep(50 * time.Millisecond)
+	}
+	reads := trackedReads(t, admin) - before
+	t.Logf("reads in 1s of waiting, 20 changes of the other key: %d", reads)
+	require.LessOrEqual(t, reads, int64(20+2), "the multi-key waiter's keys are read once, not on every pass") // a ticket renewal's look may fall in the window
+	require.NoError(t, admin.Del(ctx, "{many}:other").Err())
+	w := <-other
+	require.NoError(t, w.err)
+	require.NoError(t, w.l.Release(ctx))
+	freed := time.Now()
+	require.NoError(t, admin.Del(ctx, keys...).Err())
+	select {
+	case w := <-got:
+		require.NoError(t, w.err)
+		t.Logf("served %v after the DEL", time.Since(freed))
+		require.NoError(t, w.l.Release(ctx))
+	case <-time.After(freeBound):
+		t.Fatalf("the multi-key waiter was not served within %v of the DEL", freeBound)
+	}
+}
+
+// A waiter behind a Lock of its own Client is not watched: that Lock's
+// renewals would invalidate the key, and the Client would read it again
+// at each (rueidislock's storm, in small); its release serves the waiter.
+func TestAWaiterBehindItsOwnClientIsNotWatched(t *testing.T) {
+	t.Parallel() // a server of its own; mostly waits
+	srv := redistest.Start(t)
+	admin := srv.Client()
+	ctx := t.Context()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	c := padlock.New(rdb, neverPoll)
+	defer c.Close()
+	l, err := c.TryAcquire(ctx, "lock:own", 300*time.Millisecond)
+	require.NoError(t, err)
+	kctx, stop := l.KeepAlive(ctx)
+	defer stop()
+	got := acquireLater(ctx, c, "lock:own", time.Minute)
+	waitForOn(t, c, "lock:own", 1)
+	time.Sleep(time.Second) // ten renewals, and more than pendingMax
+	require.NoError(t, kctx.Err(), "the lease is kept")
+	require.Empty(t, trackingConns(t, admin), "no tracking connection: nothing to watch")
+	stop()
+	require.NoError(t, l.Release(ctx))
+	w := <-got
+	require.NoError(t, w.err)
+	require.NoError(t, w.l.Release(ctx))
+}

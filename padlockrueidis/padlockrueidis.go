@@ -15,7 +15,10 @@
 // padlock sends its commands (EVALSHA, EVAL and the rest, built with
 // Builder.Arbitrary: writes, IsReadOnly false) through Client.Do, a batch
 // through DoMulti, and takes connections of its own with Dedicate for
-// pub/sub (SetPubSubHooks) and for a write followed by WAIT. It never uses
+// pub/sub (SetPubSubHooks), for a write followed by WAIT, and, while a
+// Client has waiters, one per node with CLIENT TRACKING on, whose
+// invalidations (SetOnInvalidations) tell padlock that something else
+// freed a key its waiters wait for. It never uses
 // DoCache, nor rueidis.NewLuaScript (which computes SHA-1 digests in the
 // process, which GODEBUG=fips140=only forbids): padlock loads its scripts
 // with SCRIPT LOAD.
@@ -40,7 +43,9 @@
 //     MaxFlushDelay are harmless too, and so is AlwaysRESP2, with one
 //     difference: rueidis then keeps a connection's subscriptions on a
 //     second connection of its own, which its keep-alive watches, while
-//     padlock's health PING goes to the first.
+//     padlock's health PING goes to the first; and a RESP2 connection hears
+//     no invalidation, so its Client reads the keys its waiters wait for
+//     every 100ms instead (Check says so).
 //
 // rueidis answers ErrClosing after Client.Close, and also for a connection
 // it closed itself (a node a Cluster's topology no longer lists); an error

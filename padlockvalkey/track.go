@@ -14,13 +14,11 @@ import (
 // tracking is a driver.Tracking: a connection of valkey-go's own (Dedicate)
 // with CLIENT TRACKING on, whose invalidations valkey-go hands to
 // SetOnInvalidations (RESP3 pushes on the connection itself: one
-// connection, no redirect). valkey-go turns tracking off when the
-// connection goes back to its pool.
+// connection, no redirect). It is closed when it is done with.
 type tracking struct {
 	d    *valkeyDriver
 	key  string // every command is sent to its slot: the connection's node
 	dc   valkey.DedicatedClient
-	give func()
 	done chan struct{}
 	once sync.Once
 }
@@ -35,8 +33,8 @@ func (d *valkeyDriver) Track(ctx context.Context, key string, invalidated func([
 	if d.Protocol() == 2 {
 		return nil, fmt.Errorf("padlockvalkey: tracking needs RESP3 (the client has AlwaysRESP2)")
 	}
-	dc, give := d.c.Dedicate()
-	t := &tracking{d: d, key: key, dc: dc, give: give, done: make(chan struct{})}
+	dc, _ := d.c.Dedicate() // Close gives it back
+	t := &tracking{d: d, key: key, dc: dc, done: make(chan struct{})}
 	lost := dc.SetOnInvalidations(func(ms []valkey.ValkeyMessage) {
 		if ms == nil {
 			invalidated(nil)
@@ -52,7 +50,7 @@ func (d *valkeyDriver) Track(ctx context.Context, key string, invalidated func([
 	})
 	on := dc.B().Arbitrary("CLIENT", "TRACKING").Args("ON").Build().SetSlot(key)
 	if err := dc.Do(ctx, on).Error(); err != nil {
-		give()
+		dc.Close()
 		return nil, d.classify(err)
 	}
 	go func() {
@@ -88,8 +86,10 @@ func (t *tracking) Batch(ctx context.Context, cmds []driver.Cmd) {
 
 func (t *tracking) Done() <-chan struct{} { return t.done }
 
-// Close gives the connection back to valkey-go, which turns tracking off.
+// Close closes the connection (valkey-go would send CLIENT TRACKING OFF on
+// one it is given back, and wait for the reply, however long a lost
+// connection takes to answer), and gives it back, closed.
 func (t *tracking) Close() {
-	t.give()
+	t.dc.Close()
 	t.once.Do(func() { close(t.done) })
 }
