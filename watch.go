@@ -68,6 +68,7 @@ type watcher struct {
 	nodes   map[string]string    // a key's node, learned from a MOVED
 	aside   map[string]time.Time // keys polled until then: their read on a tracking connection failed
 	due     map[string]time.Time // keys to read again then, on their tracking connection: they expire
+	retry   map[string]time.Time // when to open a node's tracking connection again: the running goroutine's alone
 }
 
 // A tracked is one tracking connection.
@@ -107,7 +108,10 @@ func (c *Client) runWatch(ctx context.Context, done chan struct{}) {
 	w := &c.watch
 	defer close(done)
 	tracker := c.tracker()
-	retry := map[string]time.Time{} // a node's next Track
+	if w.retry == nil {
+		w.retry = map[string]time.Time{}
+	}
+	retry := w.retry // kept from one run to the next: a refusal holds for trackRefused
 	var lastPoll time.Time
 	lastWaiter := time.Now()
 	timer := time.NewTimer(0)

@@ -2,6 +2,7 @@ package padlock_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -365,4 +366,52 @@ func TestAWaiterBehindItsOwnClientIsNotWatched(t *testing.T) {
 	w := <-got
 	require.NoError(t, w.err)
 	require.NoError(t, w.l.Release(ctx))
+}
+
+// A Redis user that may not track is asked once a minute, not at every
+// wait: a second wait soon after the first asks nothing.
+func TestARefusedTrackingIsNotAskedAgainAtEveryWait(t *testing.T) {
+	t.Parallel() // a server of its own; mostly waits
+	s := startMatrixServer(t, redistest.Servers(t)[0])
+	ctx := t.Context()
+	holder := padlock.New(s.admin)
+	defer holder.Close()
+	waiter := padlock.New(s.user(t, "least", s.minimalACL(t)), neverPoll)
+	defer waiter.Close()
+	refusals := func() int64 { // ACL LOG counts the NOPERMs of CLIENT TRACKING
+		entries, err := s.admin.Do(ctx, "ACL", "LOG").Slice()
+		require.NoError(t, err)
+		var n int64
+		for _, e := range entries {
+			fields, _ := e.(map[any]any)
+			if fields == nil {
+				kv, _ := e.([]any)
+				fields = map[any]any{}
+				for i := 0; i+1 < len(kv); i += 2 {
+					fields[kv[i]] = kv[i+1]
+				}
+			}
+			if fields["username"] == "least" && strings.HasPrefix(fmt.Sprint(fields["object"]), "client") {
+				count, _ := fields["count"].(int64)
+				n += count
+			}
+		}
+		return n
+	}
+	wait := func(key string) {
+		_, err := holder.TryAcquire(ctx, key, time.Minute)
+		require.NoError(t, err)
+		got := acquireLater(ctx, waiter, key, time.Minute)
+		waitForOn(t, holder, key, 1)
+		time.Sleep(200 * time.Millisecond) // the watch tries to track, and polls
+		require.NoError(t, s.admin.Del(ctx, key).Err())
+		w := <-got
+		require.NoError(t, w.err)
+		require.NoError(t, w.l.Release(ctx))
+	}
+	wait("lock:refused:1")
+	require.Equal(t, int64(1), refusals(), "the watch asked to track, once")
+	time.Sleep(3 * time.Second) // the watch ends (its linger is 2s)
+	wait("lock:refused:2")
+	require.Equal(t, int64(1), refusals(), "and not again at the next wait")
 }
