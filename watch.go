@@ -429,34 +429,38 @@ func (c *Client) unregistered(tr *tracked, ws []*waiter) []*waiter {
 func (c *Client) lookOn(ctx context.Context, tr *tracked, ws []*waiter) bool {
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
+	looks := keyLooksOf(c, ws)
 	var sets keyLooks
-	var cmds []driver.Cmd
-	for _, kl := range keyLooksOf(c, ws) {
+	var cmds []driver.Cmd // the sets' EXISTS first, then a PTTL per lock's key
+	for _, kl := range looks {
 		if kl.sets {
 			sets = append(sets, kl)
 			cmds = append(cmds, driver.Cmd{Key: kl.keys[0], Args: keyArgs("exists", kl.keys...)})
-			continue
 		}
-		for _, k := range kl.keys {
-			cmds = append(cmds, driver.Cmd{Key: k, Args: keyArgs("pttl", k)})
+	}
+	for _, kl := range looks {
+		if !kl.sets {
+			for _, k := range kl.keys {
+				cmds = append(cmds, driver.Cmd{Key: k, Args: keyArgs("pttl", k)})
+			}
 		}
 	}
 	tr.t.Batch(ctx, cmds)
 	for i, kl := range sets {
 		kl.cmd = &cmds[i]
 	}
-	there, ok := c.registered(tr, cmds, len(sets))
+	there, ok := c.registered(tr, cmds, sets)
 	maps.Copy(there, sets.look(ctx, tr.t))
-	keyLooksOf(c, ws).wakeFreed(c, there)
+	looks.wakeFreed(c, there)
 	return ok
 }
 
-// registered records the replies of a look on tr, cmds, whose first nsets
-// are EXISTS (a look's) and the others PTTL of one key each: which keys
-// are registered, when a PTTL's key is to expire, which keys to poll and
-// where. It returns whether each PTTL's key is there, and false when tr
-// failed.
-func (c *Client) registered(tr *tracked, cmds []driver.Cmd, nsets int) (map[string]bool, bool) {
+// registered records the replies of a look on tr, cmds: the EXISTS of
+// sets, then PTTL of one key each. It notes which keys are registered,
+// when a PTTL's key is to expire, and which keys to poll or read
+// elsewhere; it returns whether each PTTL's key is there, and false when
+// tr failed.
+func (c *Client) registered(tr *tracked, cmds []driver.Cmd, sets keyLooks) (map[string]bool, bool) {
 	there := map[string]bool{}
 	ok := true
 	now := time.Now()
@@ -465,41 +469,33 @@ func (c *Client) registered(tr *tracked, cmds []driver.Cmd, nsets int) (map[stri
 	defer w.mu.Unlock()
 	for i, cmd := range cmds {
 		keys := []string{cmd.Key}
-		if i < nsets {
-			keys = nil
-			for _, a := range cmd.Args[1:] {
-				keys = append(keys, a.(string))
-			}
+		if i < len(sets) {
+			keys = sets[i].keys
 		}
 		for _, k := range keys {
-			if cmd.Err == nil {
+			switch _, reply := driver.Error(cmd.Err); {
+			case cmd.Err == nil:
 				if tr.known[k] == reading { // not invalidated meanwhile
 					tr.known[k] = registered
 				}
-				continue
-			}
-			delete(tr.known, k)
-			if _, reply := driver.Error(cmd.Err); !reply {
+			case !reply || w.misread(tr, k, cmd.Err, now):
+				delete(tr.known, k)
 				ok = false
-				continue
-			}
-			if w.misread(tr, k, cmd.Err, now) {
-				ok = false
+			default:
+				delete(tr.known, k)
 			}
 		}
-		if i < nsets || cmd.Err != nil {
+		if i < len(sets) || cmd.Err != nil {
 			continue
 		}
-		ms, err := asInt64(cmd.Reply, nil)
-		if err != nil {
-			continue
-		}
-		there[cmd.Key] = ms != -2
-		if ms >= 0 {
-			if w.due == nil {
-				w.due = map[string]time.Time{}
+		if ms, err := asInt64(cmd.Reply, nil); err == nil {
+			there[cmd.Key] = ms != -2
+			if ms >= 0 {
+				if w.due == nil {
+					w.due = map[string]time.Time{}
+				}
+				w.due[cmd.Key] = now.Add(time.Duration(ms+1) * time.Millisecond)
 			}
-			w.due[cmd.Key] = now.Add(time.Duration(ms+1) * time.Millisecond)
 		}
 	}
 	return there, ok

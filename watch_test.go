@@ -57,9 +57,9 @@ var frees = []struct {
 }
 
 // servedAfterFree has rdb's Client wait for key, which another Client
-// holds for a minute, frees it with free, and returns how soon the
-// waiter held it.
-func servedAfterFree(t *testing.T, admin, rdb *redis.Client, key string, free func(context.Context, *redis.Client, string) error) time.Duration {
+// holds for a minute, frees it with free, and checks that the waiter
+// holds it soon after.
+func servedAfterFree(t *testing.T, admin, rdb *redis.Client, key string, free func(context.Context, *redis.Client, string) error) {
 	t.Helper()
 	ctx := t.Context()
 	holderClient := padlock.New(admin)
@@ -73,16 +73,43 @@ func servedAfterFree(t *testing.T, admin, rdb *redis.Client, key string, free fu
 	time.Sleep(50 * time.Millisecond) // the watch has read the key
 	freed := time.Now()
 	require.NoError(t, free(ctx, admin, key))
+	heldWithin(t, got, freed, freeBound, "the key was freed")
+}
+
+// heldWithin waits for got, an Acquire that what (a free) is to serve,
+// for bound after freed, and releases its Lock.
+func heldWithin(t *testing.T, got <-chan waited, freed time.Time, bound time.Duration, what string) {
+	t.Helper()
 	select {
 	case w := <-got:
-		took := time.Since(freed)
+		t.Logf("served %v after %s", time.Since(freed), what)
 		require.NoError(t, w.err)
-		require.NoError(t, w.l.Release(ctx))
-		return took
-	case <-time.After(freeBound):
-		t.Fatalf("the waiter did not hold %q within %v of its %s", key, freeBound, "free")
-		return 0
+		require.NoError(t, w.l.Release(context.Background()))
+	case <-time.After(bound):
+		t.Fatalf("the waiter was not served within %v of %s", bound, what)
 	}
+}
+
+// ownServer starts a server of the test's own, and returns a client of
+// it to change keys behind padlock's back, a Client on it to hold, and
+// one on a go-redis client of its own to wait (it never polls on a
+// backoff).
+func ownServer(t *testing.T) (admin *redis.Client, holder, waiter *padlock.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	admin = srv.Client()
+	holder = padlock.New(admin)
+	t.Cleanup(func() { _ = holder.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	waiter = padlock.New(rdb, neverPoll)
+	t.Cleanup(func() { _ = waiter.Close(); _ = rdb.Close() })
+	return admin, holder, waiter
+}
+
+// trackedReads are the reads that the watch and the ticket renewal have
+// made on the server of admin.
+func trackedReads(t *testing.T, admin *redis.Client) int64 {
+	return redistest.Calls(t, admin, "mget") + redistest.Calls(t, admin, "pttl") + redistest.Calls(t, admin, "exists")
 }
 
 // A key freed by anything but padlock is held by its waiter at once, on
@@ -114,8 +141,7 @@ func TestAWaiterIsServedWhateverFreesTheKey(t *testing.T) {
 			for _, u := range users {
 				for _, f := range frees {
 					t.Run(u.name+"/"+f.name, func(t *testing.T) {
-						took := servedAfterFree(t, s.admin, u.rdb(t), "lock:free:"+f.name, f.free)
-						t.Logf("served %v after the key was freed", took)
+						servedAfterFree(t, s.admin, u.rdb(t), "lock:free:"+f.name, f.free)
 					})
 				}
 				t.Run(u.name+"/Check", func(t *testing.T) {
@@ -168,25 +194,15 @@ func TestAWaiterIsServedAfterADELOnAClusterWhoseSlotMoved(t *testing.T) {
 
 	to, _ := moveSlot(t, nodes, cc, key)
 	time.Sleep(1500 * time.Millisecond) // the watch learns the new master (a MOVED) and tracks the key there
-	reads := func() int64 {
-		return redistest.Calls(t, to.Client(), "mget") + redistest.Calls(t, to.Client(), "pttl") + redistest.Calls(t, to.Client(), "exists")
-	}
-	before := reads()
+	before := trackedReads(t, to.Client())
 	time.Sleep(time.Second)
-	idle := reads() - before
+	idle := trackedReads(t, to.Client()) - before
 	t.Logf("reads of the key on its new master in 1s of waiting: %d", idle)
 	require.LessOrEqual(t, idle, int64(1), "the key is tracked on its new master, not polled") // a ticket renewal's look may fall in the second
 
 	freed := time.Now()
 	require.NoError(t, to.Client().Del(ctx, key).Err())
-	select {
-	case w := <-got:
-		require.NoError(t, w.err)
-		t.Logf("served %v after the DEL", time.Since(freed))
-		require.NoError(t, w.l.Release(ctx))
-	case <-time.After(freeBound):
-		t.Fatalf("the waiter was not served within %v of the DEL", freeBound)
-	}
+	heldWithin(t, got, freed, freeBound, "the DEL")
 }
 
 // trackingConns are the ids of the connections of the server of admin
@@ -224,15 +240,8 @@ func trackingConns(t *testing.T, admin *redis.Client) []string {
 // the next waiter at once, with no polling meanwhile.
 func TestAWaiterIsServedWhenItsTrackingConnectionIsCut(t *testing.T) {
 	t.Parallel() // a server of its own; mostly waits
-	srv := redistest.Start(t)
-	admin := srv.Client()
+	admin, holder, waiter := ownServer(t)
 	ctx := t.Context()
-	holder := padlock.New(admin)
-	defer holder.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer rdb.Close()
-	waiter := padlock.New(rdb, neverPoll)
-	defer waiter.Close()
 
 	_, err := holder.TryAcquire(ctx, "lock:cut:1", time.Minute)
 	require.NoError(t, err)
@@ -244,14 +253,7 @@ func TestAWaiterIsServedWhenItsTrackingConnectionIsCut(t *testing.T) {
 	}
 	freed := time.Now()
 	require.NoError(t, admin.Del(ctx, "lock:cut:1").Err())
-	select {
-	case w := <-got:
-		require.NoError(t, w.err)
-		t.Logf("served %v after the DEL, its tracking cut", time.Since(freed))
-		require.NoError(t, w.l.Release(ctx))
-	case <-time.After(servedBound):
-		t.Fatalf("the waiter was not served within %v of the DEL, its tracking cut", servedBound)
-	}
+	heldWithin(t, got, freed, servedBound, "the DEL, its tracking cut")
 
 	_, err = holder.TryAcquire(ctx, "lock:cut:2", time.Minute)
 	require.NoError(t, err)
@@ -259,44 +261,21 @@ func TestAWaiterIsServedWhenItsTrackingConnectionIsCut(t *testing.T) {
 	waitForOn(t, holder, "lock:cut:2", 1)
 	require.Eventually(t, func() bool { return len(trackingConns(t, admin)) > 0 }, 5*time.Second, 10*time.Millisecond, "tracking is back")
 	time.Sleep(200 * time.Millisecond) // the key is read on it
-	reads := func() int64 {
-		return redistest.Calls(t, admin, "mget") + redistest.Calls(t, admin, "pttl") + redistest.Calls(t, admin, "exists")
-	}
-	before := reads()
+	before := trackedReads(t, admin)
 	time.Sleep(time.Second)
-	idle := reads() - before
+	idle := trackedReads(t, admin) - before
 	require.LessOrEqual(t, idle, int64(1), "tracked again, not polled") // a ticket renewal's look may fall in the second
 	freed = time.Now()
 	require.NoError(t, admin.Del(ctx, "lock:cut:2").Err())
-	select {
-	case w := <-got:
-		require.NoError(t, w.err)
-		t.Logf("served %v after the DEL, tracking back", time.Since(freed))
-		require.NoError(t, w.l.Release(ctx))
-	case <-time.After(freeBound):
-		t.Fatalf("the waiter was not served within %v of the DEL, tracking back", freeBound)
-	}
-}
-
-// trackedReads are the reads that the watch and the ticket renewal make
-// on the server of admin so far.
-func trackedReads(t *testing.T, admin *redis.Client) int64 {
-	return redistest.Calls(t, admin, "mget") + redistest.Calls(t, admin, "pttl") + redistest.Calls(t, admin, "exists")
+	heldWithin(t, got, freed, freeBound, "the DEL, tracking back")
 }
 
 // A waiter for several keys is watched on all of them: read once while
 // nothing changes, and served once a DEL frees the last of its keys.
 func TestAMultiKeyWaiterIsWatchedOnEveryKey(t *testing.T) {
 	t.Parallel() // a server of its own; mostly waits
-	srv := redistest.Start(t)
-	admin := srv.Client()
+	admin, holder, waiter := ownServer(t)
 	ctx := t.Context()
-	holder := padlock.New(admin)
-	defer holder.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer rdb.Close()
-	waiter := padlock.New(rdb, neverPoll)
-	defer waiter.Close()
 	keys := []string{"{many}:a", "{many}:b", "{many}:c"}
 	for _, k := range keys {
 		_, err := holder.TryAcquire(ctx, k, time.Minute)
@@ -330,14 +309,7 @@ func TestAMultiKeyWaiterIsWatchedOnEveryKey(t *testing.T) {
 	require.NoError(t, w.l.Release(ctx))
 	freed := time.Now()
 	require.NoError(t, admin.Del(ctx, keys...).Err())
-	select {
-	case w := <-got:
-		require.NoError(t, w.err)
-		t.Logf("served %v after the DEL", time.Since(freed))
-		require.NoError(t, w.l.Release(ctx))
-	case <-time.After(freeBound):
-		t.Fatalf("the multi-key waiter was not served within %v of the DEL", freeBound)
-	}
+	heldWithin(t, got, freed, freeBound, "the DEL")
 }
 
 // A waiter behind a Lock of its own Client is not watched: that Lock's
@@ -414,4 +386,31 @@ func TestARefusedTrackingIsNotAskedAgainAtEveryWait(t *testing.T) {
 	time.Sleep(3 * time.Second) // the watch ends (its linger is 2s)
 	wait("lock:refused:2")
 	require.Equal(t, int64(1), refusals(), "and not again at the next wait")
+}
+
+// One Client waits for a lock and for a semaphore place at once: a DEL of
+// either key serves its waiter (the watch reads a lock's key by PTTL and
+// a semaphore's by EXISTS, in one round trip).
+func TestWaitersOfLocksAndSemaphoresAreWatchedTogether(t *testing.T) {
+	t.Parallel() // a server of its own; mostly waits
+	admin, holder, waiter := ownServer(t)
+	ctx := t.Context()
+	for i := range 3 { // the watch's order of the two varies: several rounds
+		lockKey, semKey := fmt.Sprintf("lock:mixed:%d", i), fmt.Sprintf("sem:mixed:%d", i)
+		_, err := holder.TryAcquire(ctx, lockKey, time.Minute)
+		require.NoError(t, err)
+		_, err = holder.TryAcquire(ctx, semKey, time.Minute, padlock.WithLimit(1))
+		require.NoError(t, err)
+		gotLock := acquireLater(ctx, waiter, lockKey, time.Minute)
+		gotSem := acquireLater(ctx, waiter, semKey, time.Minute, padlock.WithLimit(1))
+		waitForOn(t, holder, lockKey, 1)
+		waitForOn(t, holder, semKey, 1)
+		time.Sleep(100 * time.Millisecond) // the watch reads both keys
+		freed := time.Now()
+		require.NoError(t, admin.Del(ctx, lockKey).Err())
+		heldWithin(t, gotLock, freed, freeBound, "the DEL of the lock's key")
+		freed = time.Now()
+		require.NoError(t, admin.Del(ctx, semKey).Err())
+		heldWithin(t, gotSem, freed, freeBound, "the DEL of the semaphore's key")
+	}
 }
