@@ -22,8 +22,8 @@ import (
 // a connection that answers commands (not on every v9 release padlock
 // supports), so padlock reads this one itself (readRESP3). It is dialed
 // as go-redis dials the node: the node's Options give the Dialer (the
-// address, TLS; a failover client's finds the primary), the user and
-// password (or CredentialsProvider) and the database.
+// address, TLS), the user and password (or CredentialsProvider) and the
+// database. A Sentinel failover client polls instead (see Track).
 
 // goRedisTracking is the driver.Tracking of a go-redis client.
 type goRedisTracking struct {
@@ -40,8 +40,8 @@ type goRedisTracking struct {
 // A resp3Reply is a reply read on the connection.
 type resp3Reply struct{ v any }
 
-// Track dials key's master (the client's server, or a failover client's
-// primary) and turns tracking on.
+// Track dials key's master (the client's server, or a Cluster's master
+// of key) and turns tracking on; a Sentinel failover client is refused.
 func (g *goRedis) Track(ctx context.Context, key string, invalidated func([]string)) (driver.Tracking, error) {
 	var opt *redis.Options
 	switch r := g.rdb.(type) {
@@ -53,6 +53,12 @@ func (g *goRedis) Track(ctx context.Context, key string, invalidated func([]stri
 		opt = node.Options()
 	case *redis.Client:
 		opt = r.Options()
+		if g.kind == driver.Sentinel {
+			// Its Dialer asks the Sentinels for the primary, and may set up
+			// go-redis's watch of them anew, which a dial after the client's
+			// Close leaks (go-redis v9.0.5): such a Client polls.
+			return nil, fmt.Errorf("%w: tracking on a Sentinel failover client", ErrUnsupported)
+		}
 	default:
 		return nil, fmt.Errorf("%w: tracking on a %T", ErrUnsupported, g.rdb)
 	}
