@@ -15,10 +15,11 @@ import (
 
 // rueidisDriver is a driver.Driver on a rueidis.Client.
 type rueidisDriver struct {
-	c     rueidis.Client
-	kind  driver.Kind
-	gate  *gate         // whether the client sends padlock's commands to a primary (see probe.go)
-	proto *atomic.Int32 // the RESP version of the client's connections, once HELLO told (shared with Nodes' Drivers)
+	c      rueidis.Client
+	kind   driver.Kind
+	gate   *gate         // whether the client sends padlock's commands to a primary (see probe.go)
+	proto  *atomic.Int32 // the RESP version of the client's connections, once HELLO told (shared with Nodes' Drivers)
+	shares *shares       // the connections its pub/sub and tracking share (shared with Nodes' Drivers)
 }
 
 // Driver returns a driver.Driver that sends padlock's commands through c,
@@ -47,7 +48,7 @@ func newDriver(c rueidis.Client) (*rueidisDriver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rueidisDriver{c: c, kind: kind, gate: &gate{shared: &verdict{}}, proto: new(atomic.Int32)}, nil
+	return &rueidisDriver{c: c, kind: kind, gate: &gate{shared: &verdict{}}, proto: new(atomic.Int32), shares: &shares{}}, nil
 }
 
 func kindOf(m rueidis.ClientMode) (driver.Kind, error) {
@@ -273,5 +274,5 @@ func (d *rueidisDriver) Nodes(ctx context.Context) ([]driver.Node, error) {
 func (d *rueidisDriver) nodeDriver(c rueidis.Client) *rueidisDriver {
 	g := &gate{shared: &verdict{}}
 	g.decided.Store(true)
-	return &rueidisDriver{c: c, kind: driver.Single, gate: g, proto: d.proto}
+	return &rueidisDriver{c: c, kind: driver.Single, gate: g, proto: d.proto, shares: d.shares}
 }

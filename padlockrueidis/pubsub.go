@@ -34,15 +34,14 @@ func (e lostError) Unwrap() error {
 	return e.err
 }
 
-// pubsub is a driver.PubSub on a connection of rueidis's own (Dedicate):
+// pubsub is a driver.PubSub on a connection of rueidis's own (a conn):
 // rueidis calls its hooks with what the connection delivers, and they
 // queue it for Receive.
 type pubsub struct {
 	d      *rueidisDriver
+	c      *conn
 	dc     rueidis.DedicatedClient
-	give   func() // gives the connection back to rueidis (Dedicate's cancel)
-	key    string // the slot of every command, for a Cluster's dedicated client takes one slot
-	lost   <-chan error
+	key    string          // the slot of every command, for a Cluster's dedicated client takes one slot
 	life   context.Context // ends at Close: the PINGs in flight end with it
 	end    context.CancelFunc
 	pings  sync.WaitGroup
@@ -55,18 +54,20 @@ type pubsub struct {
 }
 
 // PubSub opens a connection of its own to the node that owns key (on a
-// Cluster, key "" is the master of slot 0) and PINGs it.
+// Cluster, key "" is the master of slot 0) and PINGs it. Key "" on a
+// client of one node (padlock's notifier, on each node's Driver) shares
+// the connection with tracking (see conn).
 func (d *rueidisDriver) PubSub(ctx context.Context, key string) (driver.PubSub, error) {
 	if err := d.gate.pass(ctx, d); err != nil {
 		return nil, err
 	}
-	dc, give := d.c.Dedicate()
-	p := &pubsub{d: d, dc: dc, give: give, key: key, ready: make(chan struct{}, 1)}
+	p := &pubsub{d: d, key: key, ready: make(chan struct{}, 1)}
 	p.life, p.end = context.WithCancel(context.Background())
-	p.lost = dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: p.message, OnSubscription: p.subscription})
+	p.c = d.dedicate(key == "", func(c *conn) bool { return c.join(p) })
+	p.dc = p.c.dc
 	// The PING takes the connection (a Cluster's dedicated client connects
 	// on its first command, to the node of that command's slot).
-	if err := dc.Do(ctx, p.slotted(dc.B().Ping().Build())).Error(); err != nil {
+	if err := p.dc.Do(ctx, p.slotted(p.dc.B().Ping().Build())).Error(); err != nil {
 		_ = p.Close()
 		return nil, d.classify(err)
 	}
@@ -162,8 +163,8 @@ func (p *pubsub) Receive(ctx context.Context, timeout time.Duration) (any, error
 		}
 		select {
 		case <-p.ready:
-		case err, ok := <-p.lost:
-			p.lose(err, ok)
+		case <-p.c.gone:
+			p.lose(p.c.err)
 		case <-p.life.Done():
 			return nil, errPubSubClosed
 		case <-ctx.Done():
@@ -191,18 +192,13 @@ func (p *pubsub) next() (any, bool) {
 	return nil, false
 }
 
-// lose records the connection's end, from the hooks' error channel.
-func (p *pubsub) lose(err error, ok bool) {
+// lose records the connection's end.
+func (p *pubsub) lose(err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.gone != nil {
-		return
+	if p.gone == nil {
+		p.gone = lostError{p.d.classify(err)}
 	}
-	if !ok || err == nil {
-		err = errPubSubClosed // the hooks were taken off: Close
-	}
-	p.gone = lostError{p.d.classify(err)}
-	p.lost = nil // a nil channel: read no more
 }
 
 // Ping sends PING from a goroutine of its own, whose answer is queued as a
@@ -227,13 +223,12 @@ func (p *pubsub) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connection, and waits for the PINGs in flight.
+// Close closes the connection (closed, not given back subscribed:
+// rueidis dials anew), and waits for the PINGs in flight.
 func (p *pubsub) Close() error {
 	p.closed.Do(func() {
 		p.end()
-		p.dc.SetPubSubHooks(rueidis.PubSubHooks{})
-		p.dc.Close() // closed, not given back subscribed: rueidis dials anew
-		p.give()
+		p.c.close()
 		p.pings.Wait()
 	})
 	return nil

@@ -9,21 +9,23 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// tracking is a driver.Tracking: a connection of rueidis's own (Dedicate)
-// with CLIENT TRACKING on, whose invalidations rueidis hands to
-// SetOnInvalidations (RESP3 pushes on the connection itself: one
-// connection, no redirect). It is closed when it is done with.
+// tracking is a driver.Tracking: CLIENT TRACKING on a connection of
+// rueidis's own (a conn, the node's pub/sub connection where it has one),
+// whose invalidations rueidis hands to the conn's hook (RESP3 pushes on
+// the connection itself: one connection, no redirect).
 type tracking struct {
 	d    *rueidisDriver
 	key  string // every command is sent to its slot: the connection's node
-	dc   rueidis.DedicatedClient
+	c    *conn
+	stop chan struct{} // closed by Close
 	done chan struct{}
 	once sync.Once
 }
 
-// Track opens a connection of its own to the master of key's slot and
-// turns tracking on. A RESP2 client (AlwaysRESP2) gets no invalidation on
-// the connection itself: Track refuses it.
+// Track turns tracking on, on a connection to the master of key's slot:
+// on a client of one node, the one padlock's pub/sub uses, if it has one
+// (see conn). A RESP2 client (AlwaysRESP2) gets no invalidation on the
+// connection itself: Track refuses it.
 func (d *rueidisDriver) Track(ctx context.Context, key string, invalidated func([]string)) (driver.Tracking, error) {
 	if err := d.gate.pass(ctx, d); err != nil {
 		return nil, err
@@ -31,30 +33,19 @@ func (d *rueidisDriver) Track(ctx context.Context, key string, invalidated func(
 	if d.Protocol() == 2 {
 		return nil, fmt.Errorf("padlockrueidis: tracking needs RESP3 (the client has AlwaysRESP2)")
 	}
-	dc, _ := d.c.Dedicate() // Close gives it back
-	t := &tracking{d: d, key: key, dc: dc, done: make(chan struct{})}
-	lost := dc.SetOnInvalidations(func(ms []rueidis.RedisMessage) {
-		if ms == nil {
-			invalidated(nil)
-			return
-		}
-		keys := make([]string, 0, len(ms))
-		for _, m := range ms {
-			if k, err := m.ToString(); err == nil {
-				keys = append(keys, k)
-			}
-		}
-		invalidated(keys)
-	})
-	on := dc.B().Arbitrary("CLIENT", "TRACKING").Args("ON").Build().SetSlot(key)
-	if err := dc.Do(ctx, on).Error(); err != nil {
-		dc.Close()
+	t := &tracking{d: d, key: key, stop: make(chan struct{}), done: make(chan struct{})}
+	t.c = d.dedicate(true, func(c *conn) bool { return c.track(invalidated) })
+	on := t.c.dc.B().Arbitrary("CLIENT", "TRACKING").Args("ON").Build().SetSlot(key)
+	if err := t.c.dc.Do(ctx, on).Error(); err != nil {
+		t.c.untrack()
 		return nil, d.classify(err)
 	}
 	go func() {
-		for range lost {
+		select {
+		case <-t.c.gone:
+		case <-t.stop:
 		}
-		t.once.Do(func() { close(t.done) })
+		close(t.done)
 	}()
 	return t, nil
 }
@@ -65,7 +56,7 @@ func (t *tracking) Batch(ctx context.Context, cmds []driver.Cmd) {
 	multi := make([]rueidis.Completed, 0, len(cmds))
 	index := make([]int, 0, len(cmds))
 	for i := range cmds {
-		cmd, err := t.d.build(t.dc, "", cmds[i].Args)
+		cmd, err := t.d.build(t.c.dc, "", cmds[i].Args)
 		if err != nil {
 			cmds[i].Reply, cmds[i].Err = nil, err
 			continue
@@ -76,7 +67,7 @@ func (t *tracking) Batch(ctx context.Context, cmds []driver.Cmd) {
 	if len(multi) == 0 {
 		return
 	}
-	for j, r := range t.dc.DoMulti(ctx, multi...) {
+	for j, r := range t.c.dc.DoMulti(ctx, multi...) {
 		c := &cmds[index[j]]
 		c.Reply, c.Err = t.d.reply(r)
 	}
@@ -84,10 +75,14 @@ func (t *tracking) Batch(ctx context.Context, cmds []driver.Cmd) {
 
 func (t *tracking) Done() <-chan struct{} { return t.done }
 
-// Close closes the connection (rueidis would send CLIENT TRACKING OFF on
-// one it is given back, and wait for the reply, however long a lost
-// connection takes to answer), and gives it back, closed.
+// Close takes tracking's hook off the connection, which it closes if
+// nothing else uses it (rueidis would send CLIENT TRACKING OFF on one it
+// is given back, and wait for the reply, however long a lost connection
+// takes to answer).
 func (t *tracking) Close() {
-	t.dc.Close()
-	t.once.Do(func() { close(t.done) })
+	t.once.Do(func() {
+		t.c.untrack()
+		close(t.stop)
+	})
+	<-t.done
 }

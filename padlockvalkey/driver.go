@@ -17,10 +17,11 @@ import (
 
 // valkeyDriver is a driver.Driver on a valkey.Client.
 type valkeyDriver struct {
-	c     valkey.Client
-	kind  driver.Kind
-	gate  *gate         // whether the client sends padlock's commands to a primary (see probe.go)
-	proto *atomic.Int32 // the RESP version of the client's connections, once HELLO told (shared with Nodes' Drivers)
+	c      valkey.Client
+	kind   driver.Kind
+	gate   *gate         // whether the client sends padlock's commands to a primary (see probe.go)
+	proto  *atomic.Int32 // the RESP version of the client's connections, once HELLO told (shared with Nodes' Drivers)
+	shares *shares       // the connections its pub/sub and tracking share (shared with Nodes' Drivers)
 }
 
 // Driver returns a driver.Driver that sends padlock's commands through c,
@@ -49,7 +50,7 @@ func newDriver(c valkey.Client) (*valkeyDriver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &valkeyDriver{c: c, kind: kind, gate: &gate{shared: &verdict{}}, proto: new(atomic.Int32)}, nil
+	return &valkeyDriver{c: c, kind: kind, gate: &gate{shared: &verdict{}}, proto: new(atomic.Int32), shares: &shares{}}, nil
 }
 
 func kindOf(m valkey.ClientMode) (driver.Kind, error) {
@@ -275,5 +276,5 @@ func (d *valkeyDriver) Nodes(ctx context.Context) ([]driver.Node, error) {
 func (d *valkeyDriver) nodeDriver(c valkey.Client) *valkeyDriver {
 	g := &gate{shared: &verdict{}}
 	g.decided.Store(true)
-	return &valkeyDriver{c: c, kind: driver.Single, gate: g, proto: d.proto}
+	return &valkeyDriver{c: c, kind: driver.Single, gate: g, proto: d.proto, shares: d.shares}
 }
