@@ -116,6 +116,15 @@ func (e *env) heldElsewhere(t *testing.T) (*padlock.Client, *padlock.Lock) {
 	return other, holder
 }
 
+// another returns another Client of e's Redis, closed when the test ends
+// (a Client that waited keeps its watch a while: see goleak in TestMain).
+func (e *env) another(t *testing.T) *padlock.Client {
+	t.Helper()
+	c := padlock.New(e.rdb)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // get returns the value of key in Redis, or "" if there is none.
 func (e *env) get(key string) string {
 	v, err := e.raw.Get(context.Background(), key).Result()

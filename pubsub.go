@@ -260,8 +260,11 @@ func (c *Client) newSubscriber(ctx context.Context, node driver.Driver, k driver
 	for _, ch := range chans {
 		s.chans[ch] = struct{}{}
 	}
-	if m, ok := first.(*driver.Subscription); ok {
+	switch m := first.(type) {
+	case *driver.Subscription:
 		s.confirmed(0, m)
+	case *driver.Message: // a channel the connection had (see driver.PubSub)
+		n.received(m.Channel, m.Payload)
 	}
 	go s.read(n)
 	return s, nil

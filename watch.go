@@ -41,11 +41,8 @@ const (
 	// no waiter needs it.
 	watchLinger = 2 * time.Second
 	// trackRetry is how soon a tracking connection is opened again after
-	// it failed, or was lost within pollEvery of its opening (a proxy that
-	// cuts every connection); one lost later (such as one a driver shares
-	// with pub/sub, closed once idle) is opened again at once, if need be.
-	// trackRefused is how soon after the server refused it (an ACL rule, a
-	// server without CLIENT TRACKING).
+	// it failed or was lost; trackRefused after the server refused it
+	// (an ACL rule, a server without CLIENT TRACKING).
 	trackRetry   = time.Second
 	trackRefused = time.Minute
 	// watchTimeout bounds each of the watch's round trips.
@@ -76,9 +73,8 @@ type watcher struct {
 
 // A tracked is one tracking connection.
 type tracked struct {
-	t      driver.Tracking
-	known  map[string]int8 // the keys registered on it (or being read)
-	opened time.Time
+	t     driver.Tracking
+	known map[string]int8 // the keys registered on it (or being read)
 }
 
 // watchKick has the watch look at the keys waited for, and starts it if
@@ -312,10 +308,8 @@ func (c *Client) tracking(ctx context.Context, tracker driver.Tracker, node, key
 		select {
 		case <-tr.t.Done(): // lost: its keys are polled until it is back
 			c.dropTracking(node, tr)
-			if time.Since(tr.opened) < pollEvery {
-				retry[node] = time.Now().Add(trackRetry)
-				return nil
-			}
+			retry[node] = time.Now().Add(trackRetry)
+			return nil
 		default:
 			return tr
 		}
@@ -323,7 +317,7 @@ func (c *Client) tracking(ctx context.Context, tracker driver.Tracker, node, key
 	if tracker == nil || time.Now().Before(retry[node]) {
 		return nil
 	}
-	tr = &tracked{known: map[string]int8{}, opened: time.Now()}
+	tr = &tracked{known: map[string]int8{}}
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	t, err := tracker.Track(ctx, key, func(keys []string) { c.invalidated(tr, keys) })
 	cancel()

@@ -122,7 +122,10 @@ type PubSub interface {
 
 	// Receive waits up to timeout for what the connection delivers next: a
 	// *Message, a *Subscription (a confirmation of Subscribe), or a
-	// *Pong. When nothing comes in time it returns an error for which
+	// *Pong. A Message may be of a channel this PubSub did not subscribe,
+	// before its first confirmation too: a driver may reuse a connection
+	// that another PubSub subscribed and left (padlock takes every message
+	// as a hint). When nothing comes in time it returns an error for which
 	// IsTimeout reports true, and the connection is as good as before;
 	// so it is after an error reply (a ServerError: a subscription the
 	// server refused). After any other error padlock takes the connection
@@ -133,7 +136,9 @@ type PubSub interface {
 	// Ping sends PING on the connection; the answer comes as a *Pong.
 	Ping(ctx context.Context) error
 
-	// Close closes the connection; a Receive in progress returns an error.
+	// Close closes the connection (or leaves it to the driver, which
+	// no longer delivers its messages here); a Receive in progress returns
+	// an error.
 	Close() error
 }
 

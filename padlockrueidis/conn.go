@@ -1,6 +1,7 @@
 package padlockrueidis
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/padlock-go/padlock/driver"
@@ -13,39 +14,39 @@ import (
 // both notified and watched costs one connection, and one keep-alive PING
 // a second (rueidis's, on an idle connection), rather than two.
 //
-// The pub/sub user's Close closes the connection (it is closed rather
-// than unsubscribed, and a redial wants a fresh one): a tracking user
-// then sees it lost, and opens another. The tracking user's Close only
-// leaves it, unless nobody else uses it.
+// Each user leaves it with Close, and the last one closes it. A pub/sub
+// user that leaves it may leave its channels subscribed: their messages
+// go nowhere, or to the next pub/sub user, for whom they are hints like
+// any other.
 type conn struct {
 	shares *shares // where it is found by address; nil for one of its own
 	addr   string
 	dc     rueidis.DedicatedClient
 	give   func()
+	ended  <-chan error  // rueidis's: the connection's end
 	gone   chan struct{} // closed once the connection is lost or closed
 	err    error         // why, set before gone is closed
-
-	hooks  <-chan error // rueidis's: the connection's end
 	closed sync.Once
 
 	mu      sync.Mutex
 	ps      *pubsub        // the pub/sub user, or nil
 	inv     func([]string) // the tracking user's, or nil
-	closing bool           // lost, or being closed: nobody joins it
+	closing bool           // lost, or closed: nobody joins it
 }
 
 // shares are the conns of a driver and its Nodes' drivers, by the address
 // of the one node each is to.
 type shares struct {
 	mu sync.Mutex
-	m  map[string]*conn
+	m  map[string][]*conn
 }
 
-// dedicate returns a conn to d's node that take took: the one d's shares
-// have to that node, if take takes it (it has no such user yet), or else
-// a new one, which the shares keep from then on. With share false, or on
-// a client of several nodes (a Cluster's or Sentinel's: which node a key
-// leads to is rueidis's to know), it is a new one that nobody shares.
+// dedicate returns a conn to d's node that take took: one of those d's
+// shares have to that node, if take takes it (it has no such user yet),
+// or else a new one, which the shares keep from then on. With share
+// false, or on a client of several nodes (a Cluster's or Sentinel's:
+// which node a key leads to is rueidis's to know), it is a new one that
+// nobody shares.
 func (d *rueidisDriver) dedicate(share bool, take func(*conn) bool) *conn {
 	addr, ok := d.soleNode()
 	if !share || !ok {
@@ -55,16 +56,21 @@ func (d *rueidisDriver) dedicate(share bool, take func(*conn) bool) *conn {
 	}
 	s := d.shares
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c := s.m[addr]; c != nil && take(c) {
-		return c
+	for _, c := range s.m[addr] {
+		if take(c) {
+			s.mu.Unlock()
+			return c
+		}
 	}
-	c := d.newConn(s, addr)
+	s.mu.Unlock()
+	c := d.newConn(s, addr) // rueidis may dial here: not under s.mu
 	take(c)
+	s.mu.Lock()
 	if s.m == nil {
-		s.m = map[string]*conn{}
+		s.m = map[string][]*conn{}
 	}
-	s.m[addr] = c
+	s.m[addr] = append(s.m[addr], c)
+	s.mu.Unlock()
 	return c
 }
 
@@ -85,42 +91,45 @@ func (d *rueidisDriver) soleNode() (string, bool) {
 }
 
 // newConn takes a connection of its own from rueidis and hooks it to
-// hand messages and invalidations to its users.
+// hand messages, and in RESP3 invalidations, to its users.
 func (d *rueidisDriver) newConn(s *shares, addr string) *conn {
 	dc, give := d.c.Dedicate()
 	c := &conn{shares: s, addr: addr, dc: dc, give: give, gone: make(chan struct{})}
-	// The second call keeps the first's hooks; the first's channel is
-	// closed by it, the second's tells of the connection's end.
-	dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: c.message, OnSubscription: c.subscription})
-	c.hooks = dc.SetOnInvalidations(c.invalidated)
+	c.ended = dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: c.message, OnSubscription: c.subscription})
+	if d.Protocol() != 2 {
+		// It keeps the hooks above; their channel is closed, and this
+		// one's tells of the connection's end.
+		c.ended = dc.SetOnInvalidations(c.invalidated)
+	}
 	go c.watch()
 	return c
 }
 
 // watch waits for the connection's end, and tells its users.
 func (c *conn) watch() {
-	err, ok := <-c.hooks
+	err, ok := <-c.ended
 	if !ok || err == nil {
 		err = errPubSubClosed
 	}
 	c.err = err
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
 	c.forget()
 	close(c.gone)
 }
 
 // forget takes c out of its shares: a later user opens another.
 func (c *conn) forget() {
-	c.mu.Lock()
-	c.closing = true
-	c.mu.Unlock()
 	if c.shares == nil {
 		return
 	}
 	c.shares.mu.Lock()
-	if c.shares.m[c.addr] == c {
+	defer c.shares.mu.Unlock()
+	c.shares.m[c.addr] = slices.DeleteFunc(c.shares.m[c.addr], func(o *conn) bool { return o == c })
+	if len(c.shares.m[c.addr]) == 0 {
 		delete(c.shares.m, c.addr)
 	}
-	c.shares.mu.Unlock()
 }
 
 func (c *conn) message(m rueidis.PubSubMessage) {
@@ -162,7 +171,7 @@ func (c *conn) pubsub() *pubsub {
 }
 
 // join makes ps the pub/sub user of c, or reports false if c has one, or
-// is closing: the caller opens a conn of its own.
+// is closing.
 func (c *conn) join(ps *pubsub) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -184,30 +193,45 @@ func (c *conn) track(inv func([]string)) bool {
 	return true
 }
 
+// leave takes the pub/sub user off c, and closes c if nobody else uses
+// it.
+func (c *conn) leave() {
+	c.mu.Lock()
+	c.ps = nil
+	c.mu.Unlock()
+	c.closeIfUnused()
+}
+
 // untrack takes the tracking user off c, and closes c if nobody else
 // uses it. The keys it registered stay tracked on the connection: their
-// invalidations go nowhere.
+// invalidations go nowhere, or to the next tracking user, which reads
+// its keys anew anyway.
 func (c *conn) untrack() {
 	c.mu.Lock()
 	c.inv = nil
-	alone := c.ps == nil
 	c.mu.Unlock()
-	if alone {
-		c.close()
-	}
+	c.closeIfUnused()
 }
 
-// close closes the connection, whoever uses it, gives it back to
-// rueidis, closed, and waits for watch.
-func (c *conn) close() {
+// closeIfUnused closes c if it has no user: rueidis would send CLIENT
+// TRACKING OFF and UNSUBSCRIBE on a connection it is given back, and wait
+// for the replies, however long a lost connection takes to answer; it is
+// given back closed.
+func (c *conn) closeIfUnused() {
+	c.mu.Lock()
+	unused := c.ps == nil && c.inv == nil
+	if unused {
+		c.closing = true // from now on, nobody joins it
+	}
+	c.mu.Unlock()
+	if !unused {
+		return
+	}
 	c.closed.Do(func() {
-		c.mu.Lock()
-		c.ps, c.inv = nil, nil
-		c.mu.Unlock()
-		c.forget()
 		c.dc.SetPubSubHooks(rueidis.PubSubHooks{})
 		c.dc.Close()
 		c.give()
+		c.forget()
 	})
 	<-c.gone
 }

@@ -75,10 +75,8 @@ func (t *tracking) Batch(ctx context.Context, cmds []driver.Cmd) {
 
 func (t *tracking) Done() <-chan struct{} { return t.done }
 
-// Close takes tracking's hook off the connection, which it closes if
-// nothing else uses it (rueidis would send CLIENT TRACKING OFF on one it
-// is given back, and wait for the reply, however long a lost connection
-// takes to answer).
+// Close takes tracking's hook off the connection, and leaves it (see
+// conn): it is closed unless padlock's pub/sub uses it.
 func (t *tracking) Close() {
 	t.once.Do(func() {
 		t.c.untrack()

@@ -57,8 +57,9 @@ type pubsub struct {
 
 // PubSub opens a connection of its own to the node that owns key (on a
 // Cluster, key "" is the master of slot 0) and PINGs it. Key "" on a
-// client of one node (padlock's notifier, on each node's Driver) shares
-// the connection with tracking (see conn).
+// client of one node (padlock's notifier) shares the connection with
+// tracking (see conn): it may deliver messages of channels that an
+// earlier PubSub on it subscribed.
 func (d *valkeyDriver) PubSub(ctx context.Context, key string) (driver.PubSub, error) {
 	if err := d.gate.pass(ctx, d); err != nil {
 		return nil, err
@@ -225,12 +226,12 @@ func (p *pubsub) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connection (closed, not given back subscribed:
-// valkey-go dials anew), and waits for the PINGs in flight.
+// Close leaves the connection, which is closed unless tracking rides it
+// (see conn), and waits for the PINGs in flight.
 func (p *pubsub) Close() error {
 	p.closed.Do(func() {
 		p.end()
-		p.c.close()
+		p.c.leave()
 		p.pings.Wait()
 	})
 	return nil
