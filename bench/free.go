@@ -29,8 +29,8 @@ import (
 // CLIENT TRACKING ("padlock-polls", which polls). 5 trials per way and
 // round, each on a key and two new clients of its own. Then the cost of
 // waiting when nothing happens: the commands/s that Redis runs while one
-// client holds a key (ttl 10s, no renewal of padlock's within the
-// window) and one waits for it, for 5s. Last, padlock's drivers on every
+// client holds a key (ttl 1 minute, no renewal of padlock's within the
+// window) and one waits for it, for 15s. Last, padlock's drivers on every
 // server of PADLOCK_SERVERS (the compatibility matrix), when it is set:
 // every way but the crash and the release, 3 trials each per round.
 func free(addr string) {
@@ -170,7 +170,10 @@ func freeOnce(addr string, admin *redis.Client, im impl, key string, way freeWay
 	}
 	expires := time.Now().Add(ttl)
 	held := make(chan time.Time, 1)
+	released := make(chan struct{})
+	defer func() { <-released }() // before the clients close: a call in flight through a client being closed may leave a connection open (rueidis)
 	go func() {
+		defer close(released)
 		unlockW, err := waiter.lock(ctx, key, lockTTL)
 		at := time.Now()
 		if err != nil {
@@ -209,10 +212,12 @@ func lockKeys(ctx context.Context, admin *redis.Client, key string) []string {
 	return slices.DeleteFunc(all, func(k string) bool { return k != key && !strings.HasSuffix(k, ":"+key) })
 }
 
-// idleCost is the commands/s Redis runs in 5s while a client of im holds a
-// key and another waits for it.
+// idleCost is the commands/s Redis runs in 15s while a client of im holds
+// a key and another waits for it: long enough that a client's PING a
+// second (rueidis's, on each idle connection) counts the same whatever
+// its phase.
 func idleCost(admin *redis.Client, im impl) float64 {
-	const window = 5 * time.Second
+	const window = 15 * time.Second
 	addr := admin.Options().Addr
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -221,7 +226,7 @@ func idleCost(admin *redis.Client, im impl) float64 {
 	waiter, _ := im.new(addr)
 	defer waiter.close()
 	key := "bench:free:idle:" + im.name + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	unlock, err := holder.try(ctx, key, lockTTL)
+	unlock, err := holder.try(ctx, key, time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}
