@@ -37,7 +37,8 @@
 // truth, the messages hints: a key freed by anything else (a DEL by hand,
 // another library's release, eviction, FLUSHALL, a shortened TTL) is seen
 // by the Client's watch of the keys its waiters wait for, through Redis's
-// invalidations (CLIENT TRACKING, on a connection of its own per node),
+// invalidations (CLIENT TRACKING, on a connection per node; on rueidis and
+// valkey-go, the pub/sub one where it can),
 // within milliseconds, or by reading them every 100ms where tracking
 // cannot be had; and at the latest by the tickets' renewal, which looks
 // at the keys too, within a renewal period (2.5s for a TTL of 5s or

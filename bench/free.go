@@ -51,6 +51,9 @@ func free(addr string) {
 				if !way.peers && !isPadlock(im.name) || way.name == "crash" && strings.HasPrefix(im.name, "rueidislock") {
 					continue // rueidislock keeps every lock alive until released: no holder to crash in-process
 				}
+				if *ways != "" && !slices.Contains(strings.Split(*ways, ","), way.name) {
+					continue
+				}
 				for trial := range trials {
 					key := fmt.Sprintf("bench:free:%s:%s:%d:%d", im.name, way.name, round, trial)
 					r.waits[way.name] = append(r.waits[way.name], freeOnce(addr, admin, im, key, way, 300*time.Millisecond))

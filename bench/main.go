@@ -58,6 +58,7 @@ var (
 	duration = flag.Duration("duration", 3*time.Second, "time each implementation runs in each scenario, over all rounds")
 	rounds   = flag.Int("rounds", 3, "turns each implementation takes per scenario")
 	scenario = flag.String("scenario", "all", "uncontended, lone, many, contended, held, procs, leases, semaphore, waiters, procs8, rw, idle, list, free, or all")
+	ways     = flag.String("ways", "", "free: run only these ways of freeing a key, a comma-separated list (crash, DEL, UNLINK, FLUSHALL, eviction, overwrite, release)")
 	only     = flag.String("impl", "", "run only these implementations, a comma-separated list (padlock, padlock-rueidis, padlock-valkey, rueidislock, rueidislock-km1, redislock, redsync, go-redis-floor)")
 
 	// Flags for the child processes of the procs scenario.
