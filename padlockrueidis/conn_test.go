@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,63 +12,57 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/padlock-go/padlock"
 	"github.com/padlock-go/padlock/internal/redistest"
 )
 
 // On one node, a waiter's tracking rides its Client's pub/sub connection:
-// the one connection with tracking on is the one subscribed to the lock's
-// channel, and a Client that tracks has no more connections than one
-// that polls (a Redis user without +client|tracking). A DEL then serves
-// both in turn.
+// the Client's one connection with tracking on is the one subscribed to
+// the lock's channel (with rueidis's cache off, its other connections
+// track nothing). A DEL then serves the waiter.
 func TestTrackingRidesThePubSubConnection(t *testing.T) {
 	s := redistest.Start(t)
 	ctx := context.Background()
 	admin := s.Client()
-	rule := leastACL(t)
-	for user, extra := range map[string][]any{"tracks": {"+client|tracking"}, "polls": nil} {
-		setUser := append(append([]any{"ACL", "SETUSER", user, "on", ">secret"}, rule...), extra...)
-		require.NoError(t, admin.Do(ctx, setUser...).Err())
-	}
+	rule := append(leastACL(t), "+client|tracking")
+	require.NoError(t, admin.Do(ctx, append([]any{"ACL", "SETUSER", "tracks", "on", ">secret"}, rule...)...).Err())
 	const key = "lock:rides"
 	require.NoError(t, admin.Set(ctx, key, "someone else's", time.Minute).Err())
 
-	served := make(chan error, 2)
-	wctx, stop := context.WithTimeout(ctx, time.Minute)
-	var wg sync.WaitGroup
-	for _, user := range []string{"tracks", "polls"} {
-		locks := newLocks(t, rueidis.ClientOption{Username: user, Password: "secret", DisableCache: true}, []string{s.Addr()})
-		wg.Go(func() {
-			l, err := locks.Acquire(wctx, key, time.Minute)
-			if err == nil {
-				err = l.Release(context.Background())
-			}
-			served <- err
-		})
-	}
-	t.Cleanup(func() { stop(); wg.Wait() }) // before the Clients close
-
-	// Both wait: each has a subscribed connection, and the one that may
-	// track does.
+	locks := newLocks(t, rueidis.ClientOption{Username: "tracks", Password: "secret", DisableCache: true}, []string{s.Addr()})
+	got := acquireLater(locks, key)
 	eventually(t, func() bool {
-		conns := clientsByUser(t, admin)
-		return len(tracked(conns["tracks"])) == 1 && len(subscribed(conns["polls"])) == 1 &&
-			len(conns["tracks"]) == len(conns["polls"])
+		conns := clientsByUser(t, admin)["tracks"]
+		return len(tracked(conns)) > 0 && len(subscribed(conns)) > 0
 	})
-	conns := clientsByUser(t, admin)
-	on := tracked(conns["tracks"])
-	require.Len(t, on, 1)
-	assert.NotEmpty(t, subscribed(on), "the connection with tracking on is not the subscribed one: %v", on)
-	assert.Len(t, conns["tracks"], len(conns["polls"]), "connections of a Client that tracks, and of one that polls")
+	conns := clientsByUser(t, admin)["tracks"]
+	on := tracked(conns)
+	assert.Len(t, on, 1, "connections with tracking on")
+	assert.Len(t, subscribed(conns), 1, "subscribed connections")
+	assert.Len(t, subscribed(on), 1, "the connection with tracking on is not the subscribed one: %v", conns)
 
 	require.NoError(t, admin.Del(ctx, key).Err())
-	for range 2 {
-		select {
-		case err := <-served:
-			require.NoError(t, err)
-		case <-time.After(10 * time.Second):
-			t.Fatal("the waiters not served within 10s of a DEL")
-		}
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter not served within 10s of a DEL")
 	}
+}
+
+// acquireLater has locks acquire key for a minute, and release it, on a
+// goroutine of its own, and returns what that came to.
+func acquireLater(locks *padlock.Client, key string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		ctx := context.Background()
+		l, err := locks.Acquire(ctx, key, time.Minute)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
 }
 
 // clientsByUser is CLIENT LIST's connections, each a map of its fields,
@@ -131,14 +124,7 @@ func TestAWaiterAfterAnIdleCloseIsTracked(t *testing.T) {
 		time.Sleep(pause) // the pub/sub connection closes 200ms after the last waiter; the watch stays 2s
 		key := "idle-close:" + strconv.Itoa(i)
 		require.NoError(t, admin.Set(ctx, key, "someone else's", time.Minute).Err())
-		got := make(chan error, 1)
-		go func() {
-			l, err := locks.Acquire(ctx, key, time.Minute)
-			if err == nil {
-				err = l.Release(ctx)
-			}
-			got <- err
-		}()
+		got := acquireLater(locks, key)
 		eventually(t, func() bool { return len(subscribed(clientsByUser(t, admin)["default"])) == 1 })
 		time.Sleep(300 * time.Millisecond) // its attempts' scripts (their EXISTS and PTTL count too) and the watch's first read
 		before := reads()
@@ -154,5 +140,34 @@ func TestAWaiterAfterAnIdleCloseIsTracked(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("waiter %d not served within 5s of a DEL", i)
 		}
+	}
+}
+
+// A shared connection that is cut (CLIENT KILL) takes the pub/sub and the
+// tracking with it; both come back, on one connection again, and a DEL
+// then serves the waiter.
+func TestASharedConnectionCutComesBack(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := context.Background()
+	admin := s.Client()
+	locks := newLocks(t, rueidis.ClientOption{DisableCache: true}, []string{s.Addr()})
+	const key = "cut"
+	require.NoError(t, admin.Set(ctx, key, "someone else's", time.Minute).Err())
+	got := acquireLater(locks, key)
+	shared := func() []map[string]string {
+		return subscribed(tracked(clientsByUser(t, admin)["default"]))
+	}
+	eventually(t, func() bool { return len(shared()) == 1 })
+	cut := shared()[0]
+	require.NoError(t, admin.Do(ctx, "CLIENT", "KILL", "ID", cut["id"]).Err())
+	eventually(t, func() bool { on := shared(); return len(on) == 1 && on[0]["id"] != cut["id"] })
+	assert.Len(t, tracked(clientsByUser(t, admin)["default"]), 1, "connections with tracking on, once back")
+
+	require.NoError(t, admin.Del(ctx, key).Err())
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter not served within 5s of a DEL")
 	}
 }
