@@ -1,8 +1,10 @@
 package padlockrueidis
 
 import (
+	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/padlock-go/padlock/driver"
 	"github.com/redis/rueidis"
@@ -15,9 +17,9 @@ import (
 // a second (rueidis's, on an idle connection), rather than two.
 //
 // Each user leaves it with Close, and the last one closes it. A pub/sub
-// user that leaves it may leave its channels subscribed: their messages
-// go nowhere, or to the next pub/sub user, for whom they are hints like
-// any other.
+// user that leaves it to tracking unsubscribes its channels first; should
+// that fail, their messages go nowhere, or to the next pub/sub user, for
+// whom they are hints like any other.
 type conn struct {
 	shares *shares // where it is found by address; nil for one of its own
 	addr   string
@@ -35,7 +37,8 @@ type conn struct {
 }
 
 // shares are the conns of a driver and its Nodes' drivers, by the address
-// of the one node each is to.
+// of the one node each is to. m is made with the driver: a conn may be
+// lost, and forgotten, before dedicate lists it.
 type shares struct {
 	mu sync.Mutex
 	m  map[string][]*conn
@@ -66,10 +69,7 @@ func (d *rueidisDriver) dedicate(share bool, take func(*conn) bool) *conn {
 	c := d.newConn(s, addr) // rueidis may dial here: not under s.mu
 	take(c)
 	s.mu.Lock()
-	if s.m == nil {
-		s.m = map[string][]*conn{}
-	}
-	s.m[addr] = append(s.m[addr], c)
+	s.m[addr] = append(s.m[addr], c) // lost already (rueidis may say so at once)? its user's leave forgets it
 	s.mu.Unlock()
 	return c
 }
@@ -126,9 +126,11 @@ func (c *conn) forget() {
 	}
 	c.shares.mu.Lock()
 	defer c.shares.mu.Unlock()
-	c.shares.m[c.addr] = slices.DeleteFunc(c.shares.m[c.addr], func(o *conn) bool { return o == c })
-	if len(c.shares.m[c.addr]) == 0 {
+	list := slices.DeleteFunc(c.shares.m[c.addr], func(o *conn) bool { return o == c })
+	if len(list) == 0 {
 		delete(c.shares.m, c.addr)
+	} else {
+		c.shares.m[c.addr] = list
 	}
 }
 
@@ -193,9 +195,28 @@ func (c *conn) track(inv func([]string)) bool {
 	return true
 }
 
+// leaveTimeout bounds the unsubscribe of a pub/sub user that leaves its
+// connection to tracking.
+const leaveTimeout = time.Second
+
 // leave takes the pub/sub user off c, and closes c if nobody else uses
-// it.
-func (c *conn) leave() {
+// it. If tracking stays on it, it first unsubscribes every channel (and
+// shard channel, if sharded), as the next pub/sub user wants none of
+// them; until then it is still c's pub/sub user, so that no other joins c
+// and loses its channels to it.
+func (c *conn) leave(sharded bool) {
+	c.mu.Lock()
+	tracked := c.inv != nil && !c.closing
+	c.mu.Unlock()
+	if tracked {
+		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+		cmds := []rueidis.Completed{c.dc.B().Unsubscribe().Build()}
+		if sharded {
+			cmds = append(cmds, c.dc.B().Sunsubscribe().Build())
+		}
+		c.dc.DoMulti(ctx, cmds...) // on failure, their messages are hints to whoever comes
+		cancel()
+	}
 	c.mu.Lock()
 	c.ps = nil
 	c.mu.Unlock()

@@ -48,7 +48,7 @@ func newDriver(c rueidis.Client) (*rueidisDriver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rueidisDriver{c: c, kind: kind, gate: &gate{shared: &verdict{}}, proto: new(atomic.Int32), shares: &shares{}}, nil
+	return &rueidisDriver{c: c, kind: kind, gate: &gate{shared: &verdict{}}, proto: new(atomic.Int32), shares: &shares{m: map[string][]*conn{}}}, nil
 }
 
 func kindOf(m rueidis.ClientMode) (driver.Kind, error) {

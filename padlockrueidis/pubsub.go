@@ -47,17 +47,18 @@ type pubsub struct {
 	pings  sync.WaitGroup
 	closed sync.Once
 
-	mu    sync.Mutex
-	queue []any // *driver.Message, *driver.Subscription, *driver.Pong or an error
-	ready chan struct{}
-	gone  error // the connection's end, once known
+	mu      sync.Mutex
+	sharded bool  // it sent SSUBSCRIBE
+	queue   []any // *driver.Message, *driver.Subscription, *driver.Pong or an error
+	ready   chan struct{}
+	gone    error // the connection's end, once known
 }
 
 // PubSub opens a connection of its own to the node that owns key (on a
 // Cluster, key "" is the master of slot 0) and PINGs it. Key "" on a
 // client of one node (padlock's notifier) shares the connection with
 // tracking (see conn): it may deliver messages of channels that an
-// earlier PubSub on it subscribed.
+// earlier PubSub on it subscribed, should their unsubscribe have failed.
 func (d *rueidisDriver) PubSub(ctx context.Context, key string) (driver.PubSub, error) {
 	if err := d.gate.pass(ctx, d); err != nil {
 		return nil, err
@@ -112,6 +113,9 @@ func (p *pubsub) Subscribe(ctx context.Context, sharded bool, channels ...string
 	}
 	var cmds []rueidis.Completed
 	if sharded {
+		p.mu.Lock()
+		p.sharded = true
+		p.mu.Unlock()
 		for _, ch := range channels {
 			cmds = append(cmds, p.slotted(p.dc.B().Ssubscribe().Channel(ch).Build()))
 		}
@@ -225,11 +229,15 @@ func (p *pubsub) Ping(ctx context.Context) error {
 }
 
 // Close leaves the connection, which is closed unless tracking rides it
-// (see conn), and waits for the PINGs in flight.
+// (then its channels are unsubscribed, within a second: see conn), and
+// waits for the PINGs in flight.
 func (p *pubsub) Close() error {
 	p.closed.Do(func() {
 		p.end()
-		p.c.leave()
+		p.mu.Lock()
+		sharded := p.sharded
+		p.mu.Unlock()
+		p.c.leave(sharded)
 		p.pings.Wait()
 	})
 	return nil

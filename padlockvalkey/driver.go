@@ -50,7 +50,7 @@ func newDriver(c valkey.Client) (*valkeyDriver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &valkeyDriver{c: c, kind: kind, gate: &gate{shared: &verdict{}}, proto: new(atomic.Int32), shares: &shares{}}, nil
+	return &valkeyDriver{c: c, kind: kind, gate: &gate{shared: &verdict{}}, proto: new(atomic.Int32), shares: &shares{m: map[string][]*conn{}}}, nil
 }
 
 func kindOf(m valkey.ClientMode) (driver.Kind, error) {
