@@ -64,7 +64,13 @@ func freedWaiters(t *testing.T, e *env, key string, n int, opts []padlock.Option
 		go func() {
 			l, err := c.Acquire(ctx, key, waiterTTL, opts...)
 			if err == nil {
-				err = l.Release(context.Background())
+				// Served. What freed the key may free it again before the
+				// release (an eviction still under way, whose memory is
+				// not yet given back: the waiter is served within a
+				// millisecond), and then the release finds nothing.
+				if err = l.Release(context.Background()); errors.Is(err, padlock.ErrNotHeld) {
+					err = nil
+				}
 			}
 			served <- err
 		}()
