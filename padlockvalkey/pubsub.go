@@ -41,8 +41,7 @@ func (e lostError) Unwrap() error {
 // queue it for Receive.
 type pubsub struct {
 	d      *valkeyDriver
-	c      *conn
-	dc     valkey.DedicatedClient
+	c      *conn           // its dc is the connection
 	key    string          // the slot of every command, for a Cluster's dedicated client takes one slot
 	life   context.Context // ends at Close: the PINGs in flight end with it
 	end    context.CancelFunc
@@ -68,10 +67,9 @@ func (d *valkeyDriver) PubSub(ctx context.Context, key string) (driver.PubSub, e
 	p := &pubsub{d: d, key: key, ready: make(chan struct{}, 1)}
 	p.life, p.end = context.WithCancel(context.Background())
 	p.c = d.dedicate(key == "", func(c *conn) bool { return c.join(p) })
-	p.dc = p.c.dc
 	// The PING takes the connection (a Cluster's dedicated client connects
 	// on its first command, to the node of that command's slot).
-	if err := p.dc.Do(ctx, p.slotted(p.dc.B().Ping().Build())).Error(); err != nil {
+	if err := p.c.dc.Do(ctx, p.slotted(p.c.dc.B().Ping().Build())).Error(); err != nil {
 		_ = p.Close()
 		return nil, d.classify(err)
 	}
@@ -119,12 +117,12 @@ func (p *pubsub) Subscribe(ctx context.Context, sharded bool, channels ...string
 		p.sharded = true
 		p.mu.Unlock()
 		for _, ch := range channels {
-			cmds = append(cmds, p.slotted(p.dc.B().Ssubscribe().Channel(ch).Build()))
+			cmds = append(cmds, p.slotted(p.c.dc.B().Ssubscribe().Channel(ch).Build()))
 		}
 	} else {
-		cmds = append(cmds, p.slotted(p.dc.B().Subscribe().Channel(channels...).Build()))
+		cmds = append(cmds, p.slotted(p.c.dc.B().Subscribe().Channel(channels...).Build()))
 	}
-	for _, r := range p.dc.DoMulti(ctx, cmds...) {
+	for _, r := range p.c.dc.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			return p.d.classify(err)
 		}
@@ -143,12 +141,12 @@ func (p *pubsub) Unsubscribe(ctx context.Context, sharded bool, channels ...stri
 	var cmds []valkey.Completed
 	if sharded {
 		for _, ch := range channels {
-			cmds = append(cmds, p.slotted(p.dc.B().Sunsubscribe().Channel(ch).Build()))
+			cmds = append(cmds, p.slotted(p.c.dc.B().Sunsubscribe().Channel(ch).Build()))
 		}
 	} else {
-		cmds = append(cmds, p.slotted(p.dc.B().Unsubscribe().Channel(channels...).Build()))
+		cmds = append(cmds, p.slotted(p.c.dc.B().Unsubscribe().Channel(channels...).Build()))
 	}
-	for _, r := range p.dc.DoMulti(ctx, cmds...) {
+	for _, r := range p.c.dc.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			return p.d.classify(err)
 		}
@@ -219,7 +217,7 @@ func (p *pubsub) Ping(ctx context.Context) error {
 		return errPubSubClosed
 	}
 	p.pings.Go(func() {
-		err := p.dc.Do(p.life, p.slotted(p.dc.B().Ping().Build())).Error()
+		err := p.c.dc.Do(p.life, p.slotted(p.c.dc.B().Ping().Build())).Error()
 		switch {
 		case err == nil:
 			p.push(&driver.Pong{})
