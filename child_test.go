@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,9 +245,12 @@ type linOp struct {
 }
 
 // linChild runs the linearizability workload's goroutines until
-// PADLOCK_CHILD_FOR has passed: each takes the lock, reads the register and
-// writes it plus one with its fence (0 unfenced), and releases. It prints
-// every operation as a JSON line.
+// PADLOCK_CHILD_FOR has passed and it has printed PADLOCK_CHILD_MIN
+// operations on the register (reads, and writes not rejected), or three
+// times FOR has passed, whichever comes first: a slow machine runs longer
+// rather than checking a shorter history. Each goroutine takes the lock,
+// reads the register and writes it plus one with its fence (0 unfenced),
+// and releases. It prints every operation as a JSON line.
 func linChild(c *padlock.Client, rdb *redis.Client) error {
 	key, reg := childEnv("KEY"), childEnv("REG")
 	fenced := childEnv("FENCED") == "1"
@@ -254,7 +258,14 @@ func linChild(c *padlock.Client, rdb *redis.Client) error {
 	goroutines, _ := strconv.Atoi(childEnv("GOROUTINES"))
 	id, _ := strconv.Atoi(childEnv("ID"))
 	ttl := childDuration("TTL")
+	minOps, _ := strconv.ParseInt(childEnv("MIN"), 10, 64)
 	stopAt := time.Now().Add(childDuration("FOR"))
+	capAt := time.Now().Add(3 * childDuration("FOR"))
+	var ops atomic.Int64
+	done := func() bool {
+		now := time.Now()
+		return now.After(capAt) || now.After(stopAt) && ops.Load() >= minOps
+	}
 	var opts []padlock.Option
 	if fenced {
 		opts = append(opts, padlock.WithFencing())
@@ -272,6 +283,9 @@ func linChild(c *padlock.Client, rdb *redis.Client) error {
 	var mu sync.Mutex
 	out := json.NewEncoder(os.Stdout)
 	emit := func(op linOp) {
+		if op.Kind == "read" || op.Kind == "write" && op.Result != "rejected" {
+			ops.Add(1)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		_ = out.Encode(op)
@@ -280,8 +294,8 @@ func linChild(c *padlock.Client, rdb *redis.Client) error {
 	for g := range goroutines {
 		client := id*goroutines + g
 		wg.Go(func() {
-			for time.Now().Before(stopAt) {
-				ctx, cancel := context.WithDeadline(context.Background(), stopAt)
+			for !done() {
+				ctx, cancel := context.WithDeadline(context.Background(), capAt)
 				call := time.Now().UnixNano()
 				l, err := c.Acquire(ctx, key, ttl, opts...)
 				cancel()

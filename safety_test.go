@@ -150,17 +150,20 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		t.Skip("a workload of several seconds")
 	}
 	if !longRun() {
-		t.Parallel() // the long run has the machine to itself: its count of operations is asserted
+		t.Parallel() // the long run has the machine to itself
 	}
 	// The default run touches every path in a few seconds, beside the
 	// package's other tests (2,034 operations alone under -race, 384 among
 	// them: a history worth checking either way); the long mode
-	// (PADLOCK_LONG=1, as in CI) runs the full 30s and 10s workloads.
+	// (PADLOCK_LONG=1, as in CI) runs the full 30s and 10s workloads. A
+	// workload runs on past its time until its history holds minOps
+	// operations (for at most 3 times its time), so a slow machine checks
+	// as long a history, not a shorter one.
 	fencedFor, unfencedFor, minOps := 4*time.Second, time.Second, 100
 	if longRun() {
 		fencedFor, unfencedFor, minOps = 30*time.Second, 10*time.Second, 10000
 	}
-	fenced := runLinWorkload(t, true, 0, fencedFor)
+	fenced := runLinWorkload(t, true, 0, fencedFor, minOps)
 	require.GreaterOrEqual(t, len(fenced.ops), minOps, "operations in the fenced history")
 	res := porcupine.CheckOperationsTimeout(registerModel, fenced.ops, time.Minute)
 	t.Logf("fenced: %d operations (%d writes applied, %d rejected as stale, %d unknown), %d pauses: %v",
@@ -168,7 +171,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	require.Equal(t, porcupine.Ok, res, "the fenced history is linearizable")
 	checkExclusive(t, "fenced", fenced.holds)
 
-	unfenced := runLinWorkload(t, false, 0, unfencedFor)
+	unfenced := runLinWorkload(t, false, 0, unfencedFor, 0)
 	res = porcupine.CheckOperationsTimeout(registerModel, unfenced.ops, 20*time.Second)
 	t.Logf("unfenced (reported, not asserted): %d operations, %d writes applied, final value %d: %d lost updates; porcupine: %v",
 		len(unfenced.ops), unfenced.applied, unfenced.final, unfenced.applied-unfenced.final, res)
@@ -188,13 +191,13 @@ func TestLinearizableSemaphoreUnderFaults(t *testing.T) {
 		t.Skip("a workload of several seconds")
 	}
 	if !longRun() {
-		t.Parallel() // the long run has the machine to itself: its count of operations is asserted
+		t.Parallel() // the long run has the machine to itself
 	}
 	runFor, minOps := 3*time.Second, 100
 	if longRun() {
 		runFor, minOps = 20*time.Second, 1000
 	}
-	run := runLinWorkload(t, true, 2, runFor)
+	run := runLinWorkload(t, true, 2, runFor, minOps)
 	require.GreaterOrEqual(t, len(run.ops), minOps, "operations on the register")
 	res := porcupine.CheckOperationsTimeout(registerModel, run.ops, time.Minute)
 	t.Logf("register: %d operations (%d writes applied, %d rejected as stale, %d unknown), %d pauses: %v",
@@ -329,9 +332,10 @@ var registerModel = (&porcupine.NondeterministicModel{
 	},
 }).ToModel()
 
-// runLinWorkload runs the workload for d: fenced or not, on a lock, or on
-// a semaphore of limit places when limit > 0.
-func runLinWorkload(t *testing.T, fenced bool, limit int, d time.Duration) linRun {
+// runLinWorkload runs the workload for d and until its history holds
+// minOps operations on the register, for at most 3d: fenced or not, on a
+// lock, or on a semaphore of limit places when limit > 0.
+func runLinWorkload(t *testing.T, fenced bool, limit int, d time.Duration, minOps int) linRun {
 	t.Helper()
 	const processes, goroutines, ttl = 4, 4, 200 * time.Millisecond
 	e := newReal(t, nil)
@@ -350,6 +354,7 @@ func runLinWorkload(t *testing.T, fenced bool, limit int, d time.Duration) linRu
 		children[i] = startChild(t, "lin", map[string]string{
 			"ADDR": p.Addr(), "KEY": e.key, "REG": reg, "FENCED": f, "ID": strconv.Itoa(i), "LIMIT": strconv.Itoa(limit),
 			"GOROUTINES": strconv.Itoa(goroutines), "TTL": ttl.String(), "FOR": d.String(),
+			"MIN": strconv.Itoa((minOps + processes - 1) / processes),
 		})
 	}
 
