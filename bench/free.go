@@ -30,7 +30,7 @@ import (
 // round, each on a key and two new clients of its own. Then the cost of
 // waiting when nothing happens: the commands/s that Redis runs while one
 // client holds a key (ttl 1 minute, no renewal of padlock's within the
-// window) and one waits for it, for 15s. Last, padlock's drivers on every
+// window) and one waits for it, all and each client's (idleCost). Last, padlock's drivers on every
 // server of PADLOCK_SERVERS (the compatibility matrix), when it is set:
 // every way but the crash and the release, 3 trials each per round.
 func free(addr string) {
@@ -41,7 +41,7 @@ func free(addr string) {
 	type row struct {
 		name  string
 		waits map[string][]time.Duration
-		idle  float64
+		idle  idleCosts
 	}
 	var rows []row
 	for _, im := range ims {
@@ -68,14 +68,14 @@ func free(addr string) {
 	for _, way := range freeWays {
 		fmt.Printf(" %s |", way.title)
 	}
-	fmt.Println(" commands/s, one holder and one idle waiter |")
+	fmt.Println(" commands/s while one client holds the key and another waits: all (the waiter's client / the holder's) |")
 	fmt.Println("| --- |" + strings.Repeat(" ---: |", len(freeWays)+1))
 	for _, r := range rows {
 		fmt.Printf("| %s |", r.name)
 		for _, way := range freeWays {
 			fmt.Printf(" %s |", medianMax(r.waits[way.name]))
 		}
-		fmt.Printf(" %.1f |\n", r.idle)
+		fmt.Printf(" %.1f (%.1f / %.1f) |\n", r.idle.all, r.idle.waiter, r.idle.holder)
 	}
 	fmt.Println()
 	freeMatrix()
@@ -215,24 +215,37 @@ func lockKeys(ctx context.Context, admin *redis.Client, key string) []string {
 	return slices.DeleteFunc(all, func(k string) bool { return k != key && !strings.HasSuffix(k, ":"+key) })
 }
 
-// idleCost is the commands/s Redis runs in 15s while a client of im holds
-// a key and another waits for it: long enough that a client's PING a
-// second (rueidis's, on each idle connection) counts the same whatever
-// its phase.
-func idleCost(admin *redis.Client, im impl) float64 {
+// idleCosts are the commands/s Redis runs while a client of an
+// implementation holds a key and another client of it waits for it: all
+// of them, then the waiter's client's and the holder's. Commands on a
+// connection that neither opened count in all only (the bench's own INFO,
+// a connection left over from an earlier trial).
+type idleCosts struct{ all, waiter, holder float64 }
+
+// idleCost measures idleCosts over two windows of 15s, the holder's ttl 1
+// minute: long enough that a client's PING a second (rueidis's, on each
+// idle connection) counts the same whatever its phase. In the first, all
+// from Redis's command counts; in the second, who sent what, through
+// MONITOR (which slows Redis down, so the first window's figure is the
+// one to compare when a client sends thousands a second). A connection
+// is the holder's if it was there once the holder held the key, and the
+// waiter's if it came after.
+func idleCost(admin *redis.Client, im impl) idleCosts {
 	const window = 15 * time.Second
 	addr := admin.Options().Addr
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	others := clientAddrs(admin)
 	holder, _ := im.new(addr)
 	defer holder.close()
-	waiter, _ := im.new(addr)
-	defer waiter.close()
 	key := "bench:free:idle:" + im.name + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	unlock, err := holder.try(ctx, key, time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}
+	holders := clientAddrs(admin)
+	waiter, _ := im.new(addr)
+	defer waiter.close()
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -244,11 +257,22 @@ func idleCost(admin *redis.Client, im impl) float64 {
 	time.Sleep(time.Second) // the waiter waits
 	c0 := serverCalls(admin)
 	time.Sleep(window)
-	calls := serverCalls(admin) - c0 - 1
+	c := idleCosts{all: float64(serverCalls(admin)-c0-1) / window.Seconds()}
+	stopMonitor := monitor(addr)
+	time.Sleep(window)
+	for a, n := range stopMonitor() {
+		switch {
+		case others[a]:
+		case holders[a]:
+			c.holder += float64(n) / window.Seconds()
+		default:
+			c.waiter += float64(n) / window.Seconds()
+		}
+	}
 	stop()
 	<-done
 	_ = unlock(ctx)
-	return float64(calls) / window.Seconds()
+	return c
 }
 
 // freeMatrix runs every way but the crash and the release on every server of
