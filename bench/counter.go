@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -38,6 +39,9 @@ import (
 type counter struct {
 	trips  atomic.Int64
 	writes atomic.Int64
+
+	mu    sync.Mutex
+	conns map[string]bool // the local address of each connection it dialed
 }
 
 // reset zeroes the counts.
@@ -52,7 +56,21 @@ func (c *counter) dial(ctx context.Context, d *net.Dialer, network, addr string)
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	if c.conns == nil {
+		c.conns = map[string]bool{}
+	}
+	c.conns[conn.LocalAddr().String()] = true
+	c.mu.Unlock()
 	return countedConn{conn, c}, nil
+}
+
+// dialed reports whether the client dialed the connection whose local
+// address (the client's address as Redis sees it) is addr.
+func (c *counter) dialed(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conns[addr]
 }
 
 // redisDialer is dial as go-redis's Options.Dialer.

@@ -147,9 +147,10 @@ func pollingImpl(admin *redis.Client) impl {
 		log.Fatalf("free: ACL SETUSER: %v", err)
 	}
 	return impl{"padlock-polls", func(addr string) (locker, *counter) {
-		rdb := redis.NewClient(&redis.Options{Addr: addr, Username: "bench-polls", Password: "bench"})
+		cnt := &counter{}
+		rdb := redis.NewClient(&redis.Options{Addr: addr, Username: "bench-polls", Password: "bench", Dialer: cnt.redisDialer})
 		c := padlock.New(rdb)
-		return padlockLocker{"padlock-polls", c, func() { _ = c.Close(); _ = rdb.Close() }}, nil
+		return padlockLocker{"padlock-polls", c, func() { _ = c.Close(); _ = rdb.Close() }}, cnt
 	}}
 }
 
@@ -218,7 +219,7 @@ func lockKeys(ctx context.Context, admin *redis.Client, key string) []string {
 // idleCosts are the commands/s Redis runs while a client of an
 // implementation holds a key and another client of it waits for it: all
 // of them, then the waiter's client's and the holder's. Commands on a
-// connection that neither opened count in all only (the bench's own INFO,
+// connection that neither dialed count in all only (the bench's own INFO,
 // a connection left over from an earlier trial).
 type idleCosts struct{ all, waiter, holder float64 }
 
@@ -226,26 +227,23 @@ type idleCosts struct{ all, waiter, holder float64 }
 // minute: long enough that a client's PING a second (rueidis's, on each
 // idle connection) counts the same whatever its phase. In the first, all
 // from Redis's command counts; in the second, who sent what, through
-// MONITOR (which slows Redis down, so the first window's figure is the
-// one to compare when a client sends thousands a second). A connection
-// is the holder's if it was there once the holder held the key, and the
-// waiter's if it came after.
+// MONITOR, each connection known by its address as its client's dialer
+// saw it (MONITOR slows Redis down, so the first window's figure is the
+// one to compare when a client sends thousands a second).
 func idleCost(admin *redis.Client, im impl) idleCosts {
 	const window = 15 * time.Second
 	addr := admin.Options().Addr
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	others := clientAddrs(admin)
-	holder, _ := im.new(addr)
+	holder, holderDials := im.new(addr)
 	defer holder.close()
+	waiter, waiterDials := im.new(addr)
+	defer waiter.close()
 	key := "bench:free:idle:" + im.name + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	unlock, err := holder.try(ctx, key, time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}
-	holders := clientAddrs(admin)
-	waiter, _ := im.new(addr)
-	defer waiter.close()
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -262,10 +260,9 @@ func idleCost(admin *redis.Client, im impl) idleCosts {
 	time.Sleep(window)
 	for a, n := range stopMonitor() {
 		switch {
-		case others[a]:
-		case holders[a]:
+		case holderDials.dialed(a):
 			c.holder += float64(n) / window.Seconds()
-		default:
+		case waiterDials.dialed(a):
 			c.waiter += float64(n) / window.Seconds()
 		}
 	}

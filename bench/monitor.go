@@ -2,13 +2,10 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"log"
 	"net"
 	"strings"
 	"sync"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // monitor counts the commands Redis runs, by the address of the client
@@ -54,22 +51,4 @@ func monitor(addr string) (stop func() map[string]int) {
 		wg.Wait()
 		return counts
 	}
-}
-
-// clientAddrs is the set of the addresses of the clients connected to
-// Redis now.
-func clientAddrs(admin *redis.Client) map[string]bool {
-	list, err := admin.ClientList(context.Background()).Result()
-	if err != nil {
-		log.Fatal(err)
-	}
-	addrs := map[string]bool{}
-	for _, line := range strings.Split(list, "\n") {
-		for _, field := range strings.Fields(line) {
-			if a, ok := strings.CutPrefix(field, "addr="); ok {
-				addrs[a] = true
-			}
-		}
-	}
-	return addrs
 }
