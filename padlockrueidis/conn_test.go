@@ -41,12 +41,19 @@ func TestTrackingRidesThePubSubConnection(t *testing.T) {
 	assert.Len(t, subscribed(conns), 1, "subscribed connections")
 	assert.Len(t, subscribed(on), 1, "the connection with tracking on is not the subscribed one: %v", conns)
 
-	require.NoError(t, admin.Del(ctx, key).Err())
+	delServes(t, admin, key, got, 10*time.Second, "the waiter")
+}
+
+// delServes deletes key and requires that the waiter whose Acquire
+// reports on got is served within limit.
+func delServes(t *testing.T, admin *redis.Client, key string, got <-chan error, limit time.Duration, who string) {
+	t.Helper()
+	require.NoError(t, admin.Del(context.Background(), key).Err())
 	select {
 	case err := <-got:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter not served within 10s of a DEL")
+		require.NoError(t, err, who)
+	case <-time.After(limit):
+		t.Fatalf("%s not served within %v of a DEL", who, limit)
 	}
 }
 
@@ -142,13 +149,7 @@ func TestAWaiterAfterAnIdleCloseIsTracked(t *testing.T) {
 		if assert.Len(t, on, 1, "waiter %d: the connection with tracking on is not the subscribed one", i) {
 			assert.Equal(t, 1, channels(on[0]), "waiter %d: channels of the shared connection: %v", i, on[0])
 		}
-		require.NoError(t, admin.Del(ctx, key).Err())
-		select {
-		case err := <-got:
-			require.NoError(t, err)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("waiter %d not served within 5s of a DEL", i)
-		}
+		delServes(t, admin, key, got, 5*time.Second, "waiter "+strconv.Itoa(i))
 	}
 }
 
@@ -172,11 +173,5 @@ func TestASharedConnectionCutComesBack(t *testing.T) {
 	eventually(t, func() bool { on := shared(); return len(on) == 1 && on[0]["id"] != cut["id"] })
 	assert.Len(t, tracked(clientsByUser(t, admin)["default"]), 1, "connections with tracking on, once back")
 
-	require.NoError(t, admin.Del(ctx, key).Err())
-	select {
-	case err := <-got:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter not served within 5s of a DEL")
-	}
+	delServes(t, admin, key, got, 5*time.Second, "the waiter")
 }
