@@ -34,7 +34,10 @@ func startCluster(t *testing.T) ([]*redistest.Server, *redis.ClusterClient) {
 func TestClusterOperations(t *testing.T) {
 	t.Parallel() // starts servers of its own; mostly waits
 	nodes, cc := startCluster(t)
-	ctx := t.Context()
+	// A deadline, so that a Release waits up to it rather than its 2s
+	// default: CI's loaded -race run once took longer than that for one.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 	c := padlock.New(cc, padlock.WithFencing())
 	defer c.Close()
 
