@@ -59,6 +59,9 @@ func TestClusterOperations(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // past the ttl
 		require.NoError(t, kctx.Err(), "%s: kept alive", key)
 		stop()
+		// Held on while a waiter queues: a loaded machine's pauses do not
+		// let it expire before its Release.
+		require.NoError(t, l.Extend(ctx, time.Minute), key)
 
 		// A waiter, woken by the release notification on the key's node.
 		done := make(chan error, 1)
@@ -81,7 +84,7 @@ func TestClusterOperations(t *testing.T) {
 		info, err := c.Inspect(ctx, key)
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), info.Fence, key)
-		require.NoError(t, c.Do(ctx, key, time.Second, func(context.Context) error { return nil }), key)
+		require.NoError(t, c.Do(ctx, key, 10*time.Second, func(context.Context) error { return nil }), key)
 
 		// A semaphore and a shared hold: every key of theirs in the key's
 		// slot (or the scripts fail with CROSSSLOT), waiters woken.
@@ -92,15 +95,16 @@ func TestClusterOperations(t *testing.T) {
 			{[]padlock.Option{padlock.WithShared()}, nil},                                    // exclusive after a shared hold
 		} {
 			k := key + ":counted"
-			// Held past its ttl by renewals, then still held (for at least
-			// 600ms, renewed every 300ms) while the waiter queues: room for
-			// CI's -race run, where a 300ms lock expired meanwhile.
+			// Held past its ttl by renewals, then for a minute while the
+			// waiter queues: CI's -race run once let a 300ms lock expire
+			// meanwhile.
 			h, err := c.TryAcquire(ctx, k, 900*time.Millisecond, tt.holder...)
 			require.NoError(t, err, k)
 			kctx, stop := h.KeepAlive(ctx)
 			time.Sleep(time.Second)
 			require.NoError(t, kctx.Err(), "%s: kept alive", k)
 			stop()
+			require.NoError(t, h.Extend(ctx, time.Minute), k)
 			done := make(chan error, 1)
 			go func() {
 				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -164,7 +168,10 @@ func TestClusterWaitersShareOneConnection(t *testing.T) {
 	longOnly(t)
 	t.Parallel()
 	nodes, cc := startCluster(t)
-	ctx := t.Context()
+	// A deadline, so that 1,000 Releases at once wait up to it rather
+	// than their 2s default.
+	ctx, cancelAll := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancelAll()
 	holders := padlock.New(cc)
 	defer holders.Close()
 	waiters := padlock.New(cc)
