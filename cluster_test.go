@@ -34,10 +34,7 @@ func startCluster(t *testing.T) ([]*redistest.Server, *redis.ClusterClient) {
 func TestClusterOperations(t *testing.T) {
 	t.Parallel() // starts servers of its own; mostly waits
 	nodes, cc := startCluster(t)
-	// A deadline, so that a Release waits up to it rather than its 2s
-	// default: CI's loaded -race run once took longer than that for one.
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
+	ctx := patientCtx(t)
 	c := padlock.New(cc, padlock.WithFencing())
 	defer c.Close()
 
@@ -135,7 +132,7 @@ func TestClusterSlotMovesWhileHeld(t *testing.T) {
 	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	nodes, cc := startCluster(t)
-	ctx := t.Context()
+	ctx := patientCtx(t)
 	c := padlock.New(cc, padlock.WithFencing())
 	defer c.Close()
 	const key = "lock:{moving}"
@@ -168,10 +165,7 @@ func TestClusterWaitersShareOneConnection(t *testing.T) {
 	longOnly(t)
 	t.Parallel()
 	nodes, cc := startCluster(t)
-	// A deadline, so that 1,000 Releases at once wait up to it rather
-	// than their 2s default.
-	ctx, cancelAll := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancelAll()
+	ctx := patientCtx(t) // 1,000 Releases at once
 	holders := padlock.New(cc)
 	defer holders.Close()
 	waiters := padlock.New(cc)

@@ -296,7 +296,7 @@ func TestElectionOnClusterAndReplicas(t *testing.T) {
 	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	_, cc := startCluster(t)
-	ctx := t.Context()
+	ctx := patientCtx(t)
 	a, b, o := padlock.New(cc), padlock.New(cc), padlock.New(cc)
 	defer a.Close()
 	defer b.Close()
@@ -323,7 +323,7 @@ func TestElectionOnClusterAndReplicas(t *testing.T) {
 		require.NoError(t, err, key)
 		assert.Equal(t, "b", info.Metadata, key)
 		waitDone(t, lb.Context(), 5*time.Second)
-		l, err := a.TryAcquire(ctx, key, time.Second, padlock.WithToken("job"))
+		l, err := a.TryAcquire(ctx, key, 10*time.Second, padlock.WithToken("job"))
 		require.NoError(t, err, key)
 		r, err := b.Resume(ctx, key, "job")
 		require.NoError(t, err, key)

@@ -343,7 +343,7 @@ func TestClusterMigrationKeepsAWithReplicasLease(t *testing.T) {
 // migrationKeepsLease holds key with c, kept alive, while its slot
 // migrates to another of nodes (the masters), and returns that master.
 func migrationKeepsLease(t *testing.T, c *padlock.Client, cc *redis.ClusterClient, nodes []*redistest.Server, key string) *redistest.Server {
-	ctx := t.Context()
+	ctx := patientCtx(t)
 	const ttl = time.Second
 	l, err := c.Acquire(ctx, key, ttl)
 	require.NoError(t, err)
@@ -365,7 +365,7 @@ func migrationKeepsLease(t *testing.T, c *padlock.Client, cc *redis.ClusterClien
 	}
 	time.Sleep(2 * ttl) // and MOVED after it
 	require.NoError(t, kctx.Err(), "the lease survived the end of the migration: %v", context.Cause(kctx))
-	require.NoError(t, l.Extend(ctx, ttl))
+	require.NoError(t, l.Extend(ctx, time.Minute)) // and held on until its Release
 	require.NoError(t, l.Release(ctx))
 	if other != nil {
 		require.NoError(t, other.Release(ctx))

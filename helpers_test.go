@@ -146,6 +146,16 @@ func (e *env) pttl(key string) time.Duration {
 	return d
 }
 
+// patientCtx returns t's context with a deadline minutes away. A Release
+// on it waits up to that deadline (or its lock's), not its 2s default:
+// on CI's loaded -race run, where a Cluster's or a Sentinel's servers share
+// 2 cores with the other tests, one round trip once took longer.
+func patientCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // waitDone waits for ctx to be done, failing the test after limit.
 func waitDone(t testing.TB, ctx context.Context, limit time.Duration) {
 	t.Helper()

@@ -521,7 +521,7 @@ func TestClientTypes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := t.Context()
+			ctx := patientCtx(t)
 			c := padlock.New(tt.rdb, padlock.WithFencing())
 			key := "lock:{types}:" + tt.name
 			for _, k := range []string{key, "lock:types:" + tt.name} {

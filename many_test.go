@@ -103,7 +103,7 @@ func TestAcquireManyOnACluster(t *testing.T) {
 	longOnly(t)
 	t.Parallel() // starts servers of its own; mostly waits
 	_, cc := startCluster(t)
-	ctx := t.Context()
+	ctx := patientCtx(t)
 	n := &counter{}
 	cc.AddHook(n)
 	c := padlock.New(cc)

@@ -236,7 +236,11 @@ func TestEveryKindOfClient(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cluster.Addr()}})
 	defer cc.Close()
 
-	ctx := t.Context()
+	// Minute-long ttls and a deadline: a Release on a loaded machine's
+	// Cluster may take longer than its 2s default, and a Redlock gives each
+	// node a tenth of the ttl.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
 	cycle := func(l *padlock.Lock, err error) {
 		t.Helper()
 		require.NoError(t, err)
@@ -244,13 +248,13 @@ func TestEveryKindOfClient(t *testing.T) {
 	}
 	cc1 := padlock.New(cc, tm.instrument())
 	defer cc1.Close()
-	cycle(cc1.TryAcquire(ctx, "lock:c", time.Second))
+	cycle(cc1.TryAcquire(ctx, "lock:c", time.Minute))
 	rl := padlock.NewRedlock(nodes, tm.instrument())
 	defer rl.Close()
-	cycle(rl.TryAcquire(ctx, "lock:r", time.Second))
-	cycle(padlock.New(nodes[0], tm.instrument()).TryAcquireMany(ctx, []string{"lock:{m}:1", "lock:{m}:2"}, time.Second))
+	cycle(rl.TryAcquire(ctx, "lock:r", time.Minute))
+	cycle(padlock.New(nodes[0], tm.instrument()).TryAcquireMany(ctx, []string{"lock:{m}:1", "lock:{m}:2"}, time.Minute))
 	sem := padlock.New(nodes[1], tm.instrument())
-	cycle(sem.TryAcquire(ctx, "lock:s", time.Second, padlock.WithLimit(2)))
+	cycle(sem.TryAcquire(ctx, "lock:s", time.Minute, padlock.WithLimit(2)))
 
 	assert.Equal(t, uint64(4), tm.histogram(t, "padlock.acquire.duration", outcome("acquired")).Count)
 	assert.Equal(t, uint64(4), tm.histogram(t, "padlock.hold.duration").Count)

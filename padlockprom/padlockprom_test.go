@@ -441,9 +441,10 @@ func TestOneCollectorManyClients(t *testing.T) {
 	t.Cleanup(func() { _ = rl.Close() })
 	ctx := t.Context()
 
-	l1, err := single.TryAcquire(ctx, "lock:x", time.Second)
+	// A minute: a Redlock gives each node a tenth of the ttl to answer.
+	l1, err := single.TryAcquire(ctx, "lock:x", time.Minute)
 	require.NoError(t, err)
-	l2, err := rl.TryAcquire(ctx, "lock:x", time.Second)
+	l2, err := rl.TryAcquire(ctx, "lock:x", time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, float64(2), scrape.value(t, "padlock_held"))
 	require.NoError(t, l1.Release(ctx))
