@@ -195,20 +195,22 @@ func (h *slowFirstAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 	}
 }
 
-// lateFirstScript is a go-redis hook that has the first script call (an
-// acquire, in the test) reach Redis only after delay, as a command already
-// on a slow network would, whatever happens to its context meanwhile; it
-// closes landed once Redis has answered it.
+// lateFirstScript is a go-redis hook that, once armed, has the first
+// script call (an acquire, in the test) reach Redis only after delay, as
+// a command already on a slow network would, whatever happens to its
+// context meanwhile; it closes landed once Redis has answered it. It is
+// added to a client before its first call and armed later: a client's
+// hooks are not to change while it runs a command.
 type lateFirstScript struct {
 	passHook // dials and pipelines pass through
-	fired    atomic.Bool
+	armed    atomic.Bool
 	delay    time.Duration
 	landed   chan struct{}
 }
 
 func (h *lateFirstScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !isScript(cmd) || !h.fired.CompareAndSwap(false, true) {
+		if !isScript(cmd) || !h.armed.CompareAndSwap(true, false) {
 			return next(ctx, cmd)
 		}
 		time.Sleep(h.delay)

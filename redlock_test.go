@@ -108,11 +108,8 @@ func TestRedlockLateNodeIsUndoneAfterItLands(t *testing.T) {
 			t.Parallel() // starts servers of its own; mostly waits
 			e := startRedlock(t, 5)
 			c := e.c
-			// The hook is added before any call (a go-redis client's
-			// hooks are not to change while it runs a command) and armed
-			// once the warm-up has landed on every node.
+			// Armed once the warm-up has landed on every node.
 			late := &lateFirstScript{delay: 300 * time.Millisecond, landed: make(chan struct{})}
-			late.fired.Store(true)
 			e.clients[0].AddHook(late)
 			// The scripts are loaded on every node: the late acquire takes
 			// the key, with no NOSCRIPT and second call.
@@ -121,7 +118,7 @@ func TestRedlockLateNodeIsUndoneAfterItLands(t *testing.T) {
 			require.NoError(t, warm.Release(t.Context()))
 			require.Eventually(t, func() bool { return slices.Equal(e.values("lock:warm"), make([]string, 5)) }, 2*time.Second, 5*time.Millisecond,
 				"the warm-up released on every node: %q", e.values("lock:warm"))
-			late.fired.Store(false)
+			late.armed.Store(true)
 			for _, i := range tc.taken {
 				require.NoError(t, e.raws[i].Set(t.Context(), "lock:late", "other", time.Minute).Err())
 			}

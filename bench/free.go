@@ -30,9 +30,10 @@ import (
 // round, each on a key and two new clients of its own. Then the cost of
 // waiting when nothing happens: the commands/s that Redis runs while one
 // client holds a key (ttl 1 minute, no renewal of padlock's within the
-// window) and one waits for it, all and each client's (idleCost). Last, padlock's drivers on every
-// server of PADLOCK_SERVERS (the compatibility matrix), when it is set:
-// every way but the crash and the release, 3 trials each per round.
+// window) and one waits for it, all and each client's (idleCost). Last,
+// padlock's drivers on every server of PADLOCK_SERVERS (the compatibility
+// matrix), when it is set: every way but the crash and the release, 3
+// trials each per round.
 func free(addr string) {
 	const trials = 5
 	admin := redis.NewClient(&redis.Options{Addr: addr})
